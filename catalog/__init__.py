@@ -1,0 +1,1 @@
+"""What should run: models, their profiles, aliases, fallbacks, scaling and measured capacity."""

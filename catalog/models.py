@@ -1,0 +1,222 @@
+"""The catalog: models, their profiles, aliases, fallbacks, and measured capacity."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from catalog import rules
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp"
+    SGLANG = "sglang", "SGLang"
+
+
+class DeclaredIn(models.TextChoices):
+    STORE = "store", "the store (admin or API)"
+    FILE = "file", "the configuration file"
+
+
+class CatalogModel(models.Model):
+    """A model operators want served, under one name and any number of aliases.
+
+    A model declared in the configuration file (``declared_in = file``) is
+    rewritten from that file and is read-only in the admin and the API.
+    """
+
+    name = models.CharField(max_length=128, unique=True)
+    description = models.TextField(blank=True)
+    source = models.CharField(
+        max_length=500, blank=True, help_text="Where the weights come from: hf://…, file:///…, https://…"
+    )
+    min_replicas = models.PositiveIntegerField(default=1, help_text="0 means started on demand.")
+    max_replicas = models.PositiveIntegerField(default=1)
+    idle_timeout = models.DurationField(
+        null=True, blank=True, help_text="Scale an unused replica down to the minimum after this; empty: never."
+    )
+    declared_in = models.CharField(max_length=8, choices=DeclaredIn.choices, default=DeclaredIn.STORE)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "model"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_replicas__gte=F("min_replicas")), name="model_max_ge_min"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def read_only(self) -> bool:
+        return self.declared_in == DeclaredIn.FILE
+
+    @property
+    def on_demand(self) -> bool:
+        return self.min_replicas == 0
+
+    def clean(self) -> None:
+        problems = [p for p in [rules.name_problem("model name", self.name)] if p]
+        problems += rules.scaling_problems(self.min_replicas or 0, self.max_replicas or 0)
+        if self.idle_timeout is not None and self.idle_timeout < timedelta(0):
+            problems.append("the idle timeout cannot be negative")
+        if self.name and Alias.objects.filter(name=self.name).exclude(model_id=self.pk).exists():
+            problems.append(f"{self.name!r} is already another model's alias")
+        if problems:
+            raise ValidationError(problems)
+
+
+class Alias(models.Model):
+    """Another name clients may use for a model; unique across every model."""
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="aliases")
+    name = models.CharField(max_length=128, unique=True)
+
+    class Meta:
+        verbose_name_plural = "aliases"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        problem = rules.name_problem("alias", self.name)
+        if problem:
+            raise ValidationError({"name": problem})
+        if CatalogModel.objects.filter(name=self.name).exclude(pk=self.model_id).exists():
+            raise ValidationError({"name": f"{self.name!r} is the name of another model"})
+        owner = Alias.objects.filter(name=self.name).exclude(pk=self.pk).select_related("model").first()
+        if owner:
+            raise ValidationError({"name": f"alias {self.name!r} already belongs to model {owner.model.name}"})
+
+
+class Fallback(models.Model):
+    """Where a model's requests go, in order, when it has no ready replica."""
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="fallbacks")
+    target = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="fallback_for")
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["model", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "target"], name="fallback_unique_target"),
+            models.UniqueConstraint(fields=["model", "position"], name="fallback_unique_position"),
+            models.CheckConstraint(condition=~Q(model=F("target")), name="fallback_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} → {self.target}"
+
+    def clean(self) -> None:
+        if self.model_id and self.target_id:
+            if self.model_id == self.target_id:
+                raise ValidationError({"target": "a model cannot fall back to itself"})
+            graph: dict[str, list[str]] = {}
+            for fb in Fallback.objects.exclude(pk=self.pk).select_related("model", "target"):
+                graph.setdefault(fb.model.name, []).append(fb.target.name)
+            graph.setdefault(self.model.name, []).append(self.target.name)
+            loop = rules.fallback_cycle(self.model.name, graph)
+            if loop:
+                raise ValidationError({"target": "these fallbacks loop back: " + " → ".join(loop)})
+
+
+class Profile(models.Model):
+    """One way to run a replica of a model. Profiles are tried in ``position`` order."""
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="profiles")
+    name = models.CharField(max_length=64)
+    position = models.PositiveSmallIntegerField(default=0)
+    engine = models.CharField(max_length=16, choices=Engine.choices)
+    gpu_class = models.CharField("GPU class", max_length=100, help_text="e.g. h100-80g, a100-80g-mig-3g.40gb, or cpu.")
+    memory_gb = models.FloatField(null=True, blank=True, help_text="For CPU profiles: memory one replica needs.")
+    gpus = models.PositiveSmallIntegerField("GPUs per node", default=1)
+    nodes = models.PositiveSmallIntegerField(default=1)
+    tp = models.PositiveSmallIntegerField("tensor parallel", default=1)
+    pp = models.PositiveSmallIntegerField("pipeline parallel", default=1)
+    pool = models.CharField(max_length=100, blank=True, help_text="Confine to nodes labelled pool=<this>.")
+    engine_args = models.JSONField(default=list, blank=True)
+    env = models.JSONField("environment", default=dict, blank=True)
+    fingerprint = models.CharField(max_length=16, editable=False)
+
+    class Meta:
+        ordering = ["model", "position", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="profile_unique_name"),
+            models.CheckConstraint(condition=Q(nodes__gte=1), name="profile_nodes_ge_1"),
+            models.CheckConstraint(condition=Q(tp__gte=1) & Q(pp__gte=1), name="profile_parallel_ge_1"),
+            models.CheckConstraint(
+                condition=Q(memory_gb__isnull=True) | Q(memory_gb__gt=0), name="profile_memory_positive"
+            ),
+            models.CheckConstraint(condition=Q(engine__in=Engine.values), name="profile_engine_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}/{self.name}" if self.model_id else self.name
+
+    def save(self, *args, **kwargs) -> None:
+        self.fingerprint = rules.fingerprint(self.definition())
+        super().save(*args, **kwargs)
+
+    def definition(self) -> dict:
+        """What decides how the engine runs; the fingerprint is taken over this."""
+        return {
+            "engine": self.engine,
+            "gpu_class": self.gpu_class,
+            "memory_gb": self.memory_gb,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "tp": self.tp,
+            "pp": self.pp,
+            "pool": self.pool,
+            "engine_args": self.engine_args,
+            "env": self.env,
+        }
+
+    def clean(self) -> None:
+        problems = [p for p in [rules.name_problem("profile name", self.name)] if p]
+        problems += rules.profile_problems(
+            engine=self.engine,
+            gpu_class=self.gpu_class,
+            gpus=self.gpus or 0,
+            nodes=self.nodes or 0,
+            tp=self.tp or 0,
+            pp=self.pp or 0,
+            memory_gb=self.memory_gb,
+        )
+        if not isinstance(self.engine_args, list) or not all(isinstance(a, str) for a in self.engine_args):
+            problems.append("engine arguments must be a list of strings")
+        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
+            problems.append("the environment must map names to string values")
+        if problems:
+            raise ValidationError(problems)
+
+
+class CapacityMeasurement(models.Model):
+    """What one replica of a model was measured to serve on one profile.
+
+    Kept by name rather than by foreign key: a benchmark costs real GPU time,
+    and it should outlive the catalog entry being removed and added again.
+    """
+
+    model_name = models.CharField(max_length=128)
+    profile_name = models.CharField(max_length=64)
+    measurement = models.JSONField()
+    measured_at = models.DateTimeField(default=timezone.now)
+    measured_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["model_name", "profile_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["model_name", "profile_name"], name="capacity_unique_profile"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name}/{self.profile_name}"

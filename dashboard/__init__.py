@@ -1,0 +1,1 @@
+"""The console: live pages for the fleet, nodes, NVLink racks and fabrics."""

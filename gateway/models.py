@@ -1,0 +1,1 @@
+"""Models for the gateway (keys, scopes, usage) arrive with the gateway issue."""

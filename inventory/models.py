@@ -1,0 +1,263 @@
+"""The inventory: what each node reported at its last heartbeat.
+
+Throughout, ``None`` (a NULL column) means *unknown*: the agent did not say,
+perhaps because it is older than the field. It is never the same as empty or
+zero. A node whose ``engines`` is NULL may have any engine installed; one whose
+``engines`` is ``{}`` has none.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+# MIG instances are GPU rows numbered past every real card index, so a card
+# and its instances sort together and never collide: 1000 + 100 × card + gi.
+MIG_INDEX_BASE = 1000
+MIG_INDEX_STRIDE = 100
+
+
+def mig_index(card: int, instance: int) -> int:
+    """The inventory number of MIG instance ``instance`` on card ``card``."""
+    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card + instance
+
+
+def mig_label(index: int) -> str:
+    """How people see a GPU number: ``3`` for a card, ``3/mig2`` for an instance."""
+    if index < MIG_INDEX_BASE:
+        return str(index)
+    card, instance = divmod(index - MIG_INDEX_BASE, MIG_INDEX_STRIDE)
+    return f"{card}/mig{instance}"
+
+
+class NodeState(models.TextChoices):
+    """What an operator wants of a node; reachability is tracked separately."""
+
+    READY = "ready", "ready"
+    CORDONED = "cordoned", "cordoned (takes nothing new)"
+    DRAINING = "draining", "draining (replicas being moved off)"
+
+
+class NVLinkDomain(models.Model):
+    """A multi-node NVLink domain: the GPUs that joined one ClusterUUID + CliqueId.
+
+    Created the first time a card reports it and kept when it empties, so a
+    rack whose fabric manager restarts keeps its name and its history.
+    """
+
+    cluster_uuid = models.CharField(max_length=64)
+    clique_id = models.BigIntegerField()
+    name = models.CharField(max_length=100, blank=True, help_text="A name for people, e.g. the rack's.")
+    first_seen = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "NVLink domain"
+        ordering = ["name", "cluster_uuid", "clique_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster_uuid", "clique_id"], name="nvlinkdomain_unique_key"),
+            models.CheckConstraint(condition=Q(clique_id__gte=0), name="nvlinkdomain_clique_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.key
+
+    @property
+    def key(self) -> str:
+        """``<ClusterUUID>/<CliqueId>``, how the API and the live groups name a domain."""
+        return f"{self.cluster_uuid}/{self.clique_id}"
+
+
+class Node(models.Model):
+    """A machine running the agent."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="The node's identity, stable across restarts.")
+    hostname = models.CharField(max_length=255, blank=True)
+    mgmt_addr = models.CharField("management address", max_length=255, blank=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY, db_index=True)
+    reachable = models.BooleanField(default=True, db_index=True)
+    labels = models.JSONField(default=dict, blank=True)
+    agent_version = models.CharField(max_length=50, blank=True)
+    os = models.CharField("OS", max_length=100, blank=True)
+    os_version = models.CharField("OS version", max_length=100, blank=True)
+    arch = models.CharField(max_length=32, blank=True)
+    cpu_flags = models.JSONField(null=True, blank=True, help_text="NULL: not reported.")
+    memory_mb = models.BigIntegerField(null=True, blank=True, help_text="NULL: not reported.")
+    engines = models.JSONField(
+        null=True, blank=True, help_text="Engine name → version. NULL: not reported, which is not 'none'."
+    )
+    disks = models.JSONField(null=True, blank=True)
+    weights = models.JSONField(null=True, blank=True, help_text="Weights found on disk. NULL: not looked for.")
+    fabrics = models.JSONField(null=True, blank=True, help_text="Declared fabric names → adapters.")
+    imex_state = models.CharField("IMEX state", max_length=32, blank=True, help_text="Blank: not reported.")
+    imex_channels = models.JSONField("IMEX channels", null=True, blank=True)
+    imex_nodes = models.JSONField("IMEX nodes", null=True, blank=True)
+    load = models.JSONField(null=True, blank=True, help_text="At the last heartbeat. NULL: not measured.")
+    problems = models.JSONField(default=list, blank=True, help_text="What discovery could not read, in words.")
+    credential_digest = models.CharField(max_length=64, blank=True, editable=False, db_index=True)
+    report_digest = models.CharField(max_length=64, blank=True, editable=False)
+    registered_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(memory_mb__isnull=True) | Q(memory_mb__gte=0), name="node_memory_nonneg"
+            ),
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_avx2(self) -> bool | None:
+        """None when the CPU flags were not reported."""
+        if self.cpu_flags is None:
+            return None
+        return "avx2" in self.cpu_flags
+
+
+class GPU(models.Model):
+    """A card, or a MIG instance of one (``parent_index`` set, ``index`` ≥ 1000).
+
+    Fabric fields are blank/NULL when the card reports no fabric (most PCIe
+    cards and older drivers): unknown, not failed.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField("UUID", max_length=100, db_index=True)
+    name = models.CharField(max_length=100)
+    gpu_class = models.CharField("class", max_length=100, db_index=True)
+    memory_mb = models.BigIntegerField(null=True, blank=True)
+    pci_bus = models.CharField("PCI bus", max_length=32, blank=True)
+    numa = models.IntegerField("NUMA node", null=True, blank=True)
+    nvlink_peers = models.JSONField("NVLink peers", null=True, blank=True)
+    nics = models.JSONField("nearest adapters", null=True, blank=True, help_text="Adapter → PIX/PXB/PHB/NODE/SYS.")
+    health = models.JSONField(default=list, blank=True, help_text="Problems; empty means healthy.")
+    fabric_state = models.CharField(max_length=32, blank=True)
+    fabric_status = models.CharField(max_length=64, blank=True)
+    cluster_uuid = models.CharField("ClusterUUID", max_length=64, blank=True)
+    clique_id = models.BigIntegerField("CliqueId", null=True, blank=True)
+    fabric_health_summary = models.CharField(max_length=32, blank=True)
+    fabric_bandwidth = models.CharField(max_length=64, blank=True)
+    fabric_degraded = models.BooleanField(null=True, blank=True)
+    fabric_problems = models.JSONField(default=list, blank=True)
+    domain = models.ForeignKey(
+        NVLinkDomain,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="gpus",
+        help_text="The NVLink domain this card has joined; empty when it has joined none.",
+    )
+    mig_mode = models.CharField("MIG mode", max_length=32, blank=True, help_text="Blank: not reported.")
+    parent_index = models.PositiveIntegerField(null=True, blank=True, help_text="For a MIG instance, its card.")
+    mig_uuid = models.CharField("MIG UUID", max_length=100, blank=True)
+    mig_profile = models.CharField("MIG profile", max_length=32, blank=True)
+
+    class Meta:
+        verbose_name = "GPU"
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
+            models.CheckConstraint(condition=Q(memory_mb__isnull=True) | Q(memory_mb__gte=0), name="gpu_memory_nonneg"),
+            # A MIG instance carries its card's number; a card carries none.
+            models.CheckConstraint(
+                condition=Q(parent_index__isnull=True, index__lt=MIG_INDEX_BASE)
+                | Q(parent_index__isnull=False, index__gte=MIG_INDEX_BASE),
+                name="gpu_mig_numbering",
+            ),
+            models.CheckConstraint(
+                condition=Q(parent_index__isnull=True) | ~Q(parent_index=F("index")), name="gpu_not_own_parent"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/{self.label}"
+
+    @property
+    def label(self) -> str:
+        return mig_label(self.index)
+
+    @property
+    def is_mig_instance(self) -> bool:
+        return self.parent_index is not None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.health
+
+
+class IBPort(models.Model):
+    """An InfiniBand or RoCE port as read from sysfs at the last full report."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="ib_ports")
+    hca = models.CharField("HCA", max_length=64)
+    port = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=32, blank=True)
+    phys_state = models.CharField(max_length=32, blank=True)
+    rate_gbps = models.FloatField(null=True, blank=True)
+    link_layer = models.CharField(max_length=32, blank=True)
+    node_guid = models.CharField("node GUID", max_length=32, blank=True, db_index=True)
+    port_guid = models.CharField("port GUID", max_length=32, blank=True)
+    sm_lid = models.PositiveIntegerField("SM LID", null=True, blank=True)
+    sm_guid = models.CharField("SM GUID", max_length=32, blank=True, db_index=True)
+    sm_error = models.CharField("why the SM is unknown", max_length=200, blank=True)
+    network = models.CharField("RoCE network", max_length=64, blank=True)
+    fabric = models.CharField("declared fabric", max_length=100, blank=True)
+    counters = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "InfiniBand port"
+        ordering = ["node__name", "hca", "port"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "hca", "port"], name="ibport_unique_per_node"),
+            models.CheckConstraint(
+                condition=Q(rate_gbps__isnull=True) | Q(rate_gbps__gte=0), name="ibport_rate_nonneg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} {self.hca}/{self.port}"
+
+
+class SubnetManagerChange(models.Model):
+    """The master SM seen by a port changed: kept, because a flapping SM is how fabrics fail."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="sm_changes")
+    hca = models.CharField("HCA", max_length=64)
+    port = models.PositiveSmallIntegerField()
+    old_sm_guid = models.CharField(max_length=32, blank=True)
+    new_sm_guid = models.CharField(max_length=32, blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = "subnet manager change"
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} {self.hca}/{self.port}: {self.old_sm_guid or '?'} → {self.new_sm_guid or '?'}"
+
+
+class JoinToken(models.Model):
+    """A token an agent presents once to register and get its own credential.
+
+    Rotating means issuing a new one and revoking the old; nodes already
+    registered keep working, since they no longer use it.
+    """
+
+    name = models.CharField(max_length=100, default="default")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=20, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint})"

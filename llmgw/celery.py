@@ -1,0 +1,35 @@
+"""The Celery app: broker from the environment, beat schedule as data.
+
+Each periodic task's period can be overridden by an environment variable
+(``LLMGW_EVERY_<NAME>`` in seconds), and each entry expires just under its
+period so that a backlog never runs the same sweep twice in a row.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
+
+app = Celery("llmgw")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["llmgw.core", "inventory", "catalog", "placement", "dashboard", "gateway"])
+
+# name: (task, default period in seconds)
+PERIODIC: dict[str, tuple[str, float]] = {
+    "tick": ("llmgw.core.tasks.tick", 10.0),
+}
+
+
+def beat_schedule(env: dict[str, str] | None = None) -> dict[str, dict]:
+    env = dict(os.environ if env is None else env)
+    schedule = {}
+    for name, (task, default) in PERIODIC.items():
+        every = float(env.get(f"LLMGW_EVERY_{name.upper()}", default))
+        schedule[name] = {"task": task, "schedule": every, "options": {"expires": max(1.0, every * 0.9)}}
+    return schedule
+
+
+app.conf.beat_schedule = beat_schedule()

@@ -1,0 +1,237 @@
+"""Configuration read from the environment, checked before Django starts.
+
+Every setting has a default that works on one machine, so a fresh clone runs
+with no variables at all. A value that is set but cannot be used stops
+start-up with :class:`ConfigError`, which names the variable and says why; the
+command line prints that one sentence instead of a traceback.
+
+This module imports nothing from Django: the settings module and the ``llmgw``
+command both call :func:`load`, and the command must be able to report a bad
+value before Django is configured.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_ADMIN_ADDR = "127.0.0.1:8000"
+DEFAULT_GATEWAY_ADDR = "127.0.0.1:8080"
+SECRET_KEY_FILE = "secret-key"
+
+
+class ConfigError(Exception):
+    """A setting that was given but cannot be used.
+
+    ``variable`` is the environment variable at fault, ``reason`` what is
+    wrong with it in words an operator can act on.
+    """
+
+    def __init__(self, variable: str, reason: str) -> None:
+        super().__init__(f"{variable}: {reason}")
+        self.variable = variable
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Address:
+    """A host and port to listen on."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def url_host(self) -> str:
+        """The address as a client would write it in a URL.
+
+        A wildcard bind address is not somewhere a client can connect to, so
+        the loopback address stands in for it.
+        """
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything llmgw reads from its environment.
+
+    ``redis_url`` is ``None`` in the embedded configuration: the channel layer
+    is in memory and Celery's broker is a folder in the data dir.
+    """
+
+    data_dir: Path
+    database_url: str
+    redis_url: str | None
+    admin_addr: Address
+    gateway_addr: Address
+    secret_key: str
+    debug: bool
+    catalog_file: Path | None
+    allowed_hosts: tuple[str, ...]
+
+    @property
+    def embedded(self) -> bool:
+        """True when no Redis is configured and llmgw runs on its own."""
+        return self.redis_url is None
+
+
+def parse_address(variable: str, value: str) -> Address:
+    """Read ``host:port`` (``[v6]:port`` for IPv6) or raise ConfigError."""
+    value = value.strip()
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep:
+            raise ConfigError(variable, f"{value!r} is not [ipv6]:port")
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep:
+            raise ConfigError(variable, f"{value!r} has no port; write host:port, like 127.0.0.1:8000")
+    if not host:
+        raise ConfigError(variable, f"{value!r} has no host; write 0.0.0.0:PORT to listen everywhere")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(variable, f"port {port!r} is not a number between 1 and 65535")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(variable, f"{host!r} is not an IPv6 address") from None
+    return Address(host=host, port=int(port))
+
+
+def check_database_url(value: str) -> str:
+    """Refuse a database URL llmgw cannot use, saying what is wrong with it."""
+    parts = urlsplit(value)
+    scheme = parts.scheme.lower()
+    if scheme in ("sqlite", "sqlite3"):
+        return value
+    if scheme not in ("postgres", "postgresql", "pgsql", "postgis"):
+        raise ConfigError(
+            "LLMGW_DATABASE_URL",
+            f"scheme {parts.scheme or '(none)'!r} is not supported; use postgresql://user@host:5432/name "
+            "or leave it unset for SQLite in the data dir",
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError("LLMGW_DATABASE_URL", "the port is not a number") from None
+    if not parts.hostname and not parts.path.strip("/"):
+        raise ConfigError("LLMGW_DATABASE_URL", "names neither a host nor a database")
+    if port == 0:
+        raise ConfigError("LLMGW_DATABASE_URL", "port 0 is not a port")
+    return value
+
+
+def check_redis_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError("LLMGW_REDIS_URL", f"scheme {parts.scheme or '(none)'!r} is not redis:// or rediss://")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port lazily
+    except ValueError:
+        raise ConfigError("LLMGW_REDIS_URL", "the port is not a number") from None
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError("LLMGW_REDIS_URL", "has no host; write redis://127.0.0.1:6379/0")
+    return value
+
+
+def secret_from_env_or_file(env: dict[str, str], name: str) -> str | None:
+    """Read a secret from ``NAME`` or from the file named by ``NAME_FILE``.
+
+    The ``_FILE`` form is for container secrets and systemd credentials, which
+    arrive as files so they never show in the process environment.
+    """
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{name}_FILE", f"cannot read {path}: {exc.strerror}") from None
+
+
+def ensure_data_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise ConfigError("LLMGW_DATA_DIR", f"cannot create {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError("LLMGW_DATA_DIR", f"{path} is not writable by this user")
+    return path
+
+
+def write_private_file(path: Path, text: str) -> None:
+    """Write a secret so that only this user can read it (mode 0600).
+
+    The file is created with that mode rather than chmod-ed afterwards, so the
+    secret is never readable by others, not even for an instant.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text if text.endswith("\n") else text + "\n")
+    os.chmod(path, 0o600)
+
+
+def load_or_create_secret_key(data_dir: Path) -> str:
+    """The key generated on first start and kept in the data dir.
+
+    Kept rather than made anew on each start: sessions and signed values
+    would otherwise break at every restart, and every host of a multi-host
+    control plane must share it (set LLMGW_SECRET_KEY there).
+    """
+    path = data_dir / SECRET_KEY_FILE
+    if path.exists():
+        key = path.read_text().strip()
+        if key:
+            return key
+    key = secrets.token_urlsafe(50)
+    write_private_file(path, key)
+    return key
+
+
+def _bool(env: dict[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(name, f"{value!r} is not a yes/no value (use 1 or 0)")
+
+
+def load(env: dict[str, str] | None = None) -> Config:
+    """Read and check the configuration; raise ConfigError on the first bad value."""
+    env = dict(os.environ if env is None else env)
+    data_dir = ensure_data_dir(Path(env.get("LLMGW_DATA_DIR") or Path.cwd() / "data").expanduser().resolve())
+    database_url = check_database_url(env.get("LLMGW_DATABASE_URL") or f"sqlite:///{data_dir / 'llmgw.sqlite3'}")
+    redis_url = env.get("LLMGW_REDIS_URL") or None
+    if redis_url:
+        check_redis_url(redis_url)
+    admin = parse_address("LLMGW_ADMIN_ADDR", env.get("LLMGW_ADMIN_ADDR") or DEFAULT_ADMIN_ADDR)
+    gateway = parse_address("LLMGW_GATEWAY_ADDR", env.get("LLMGW_GATEWAY_ADDR") or DEFAULT_GATEWAY_ADDR)
+    if admin.port == gateway.port:
+        # The listener is told apart by the port a request arrived on, so two
+        # listeners on one port would serve the admin to API-key holders.
+        raise ConfigError("LLMGW_GATEWAY_ADDR", f"uses port {gateway.port}, the same as LLMGW_ADMIN_ADDR")
+    secret_key = secret_from_env_or_file(env, "LLMGW_SECRET_KEY") or load_or_create_secret_key(data_dir)
+    catalog = env.get("LLMGW_CATALOG_FILE")
+    hosts = tuple(h.strip() for h in env.get("LLMGW_ALLOWED_HOSTS", "*").split(",") if h.strip())
+    return Config(
+        data_dir=data_dir,
+        database_url=database_url,
+        redis_url=redis_url,
+        admin_addr=admin,
+        gateway_addr=gateway,
+        secret_key=secret_key,
+        debug=_bool(env, "LLMGW_DEBUG"),
+        catalog_file=Path(catalog).expanduser() if catalog else None,
+        allowed_hosts=hosts or ("*",),
+    )

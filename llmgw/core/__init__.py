@@ -1,0 +1,1 @@
+"""The control plane's own records: API tokens, the audit log, task runs."""

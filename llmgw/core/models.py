@@ -1,0 +1,88 @@
+"""API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from llmgw.core.tokens import hash_token, hint, new_token
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    """A bearer token for the admin API, owned by an operator account.
+
+    Only the hash is stored; ``hint`` lets a person recognise it in a list.
+    A revoked token stays as a row so the audit log can still name it.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What this token is for, e.g. 'ctl on my laptop'.")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=20, editable=False)
+    read_only = models.BooleanField(default=False, help_text="May read (metrics, listings) but change nothing.")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint})"
+
+    @classmethod
+    def issue(cls, user, name: str, *, read_only: bool = False) -> tuple[ApiToken, str]:
+        """Create a token and return it with its secret, which is never stored."""
+        secret = new_token("llmgw_adm")
+        token = cls.objects.create(
+            user=user, name=name, digest=hash_token(secret), hint=hint(secret), read_only=read_only
+        )
+        return token, secret
+
+
+class AuditEntry(models.Model):
+    """One change made through the API, the admin or ctl: who, when, what."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=200, help_text="X-Llmgw-Actor if sent, else the token's owner.")
+    action = models.CharField(max_length=50, db_index=True)
+    target = models.CharField(max_length=200, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit log"
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"
+
+
+class TaskRun(models.Model):
+    """The last run of each periodic task, filled from Celery's signals.
+
+    Lets an operator see that the reconciler and the sweeps are running, and
+    when they last failed, without reading worker logs.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    last_started = models.DateTimeField(null=True, blank=True)
+    last_finished = models.DateTimeField(null=True, blank=True)
+    last_ok = models.BooleanField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    runs = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,213 @@
+"""``llmgw serve``: the control plane in one command.
+
+Steps:
+
+1. Read the configuration; a bad value stops here with one line.
+2. Check the database answers, then apply migrations.
+3. On first start, create the operator ``admin`` and write its password, an
+   API token and an agent join token into the data dir (mode 0600).
+4. Start the Celery worker and beat, unless ``--no-worker``: in the embedded
+   configuration as threads of this process (the in-memory channel layer only
+   reaches this process, and the worker publishes live updates); with Redis as
+   a child process, which dies with this one.
+5. Serve both listeners with daphne until SIGINT/SIGTERM, then stop the
+   worker and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from llmgw import config
+
+log = logging.getLogger("llmgw.serve")
+WORKER_STOP_TIMEOUT_S = 15
+
+
+def fail(message: str) -> int:
+    print(f"llmgw: {message}", file=sys.stderr)
+    return 2
+
+
+def database_error() -> str | None:
+    """Why the database cannot be used, in one line; None when it answers."""
+    from django.db import connection
+
+    try:
+        connection.ensure_connection()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return first
+    finally:
+        connection.close()
+    return None
+
+
+def address_error(variable: str, addr: config.Address) -> str | None:
+    family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((addr.host, addr.port))
+        except OSError as exc:
+            return f"{variable}: cannot listen on {addr}: {exc.strerror}"
+    return None
+
+
+class ThreadWorker:
+    """Celery worker (solo pool) and beat as threads of this process."""
+
+    def __init__(self, app) -> None:
+        from celery import beat
+        from celery.worker import WorkController
+
+        self.worker = WorkController(
+            app=app,
+            pool="solo",
+            concurrency=1,
+            hostname=f"embedded@{socket.gethostname()}",
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            loglevel="WARNING",
+        )
+        self.beat = beat.EmbeddedService(app, thread=True)
+        self.thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        self.beat.start()
+
+    def stop(self) -> None:
+        self.beat.stop()
+        self.worker.stop(in_sighandler=False)
+        self.thread.join(WORKER_STOP_TIMEOUT_S)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send SIGTERM to this child if llmgw serve dies first."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class ProcessWorker:
+    """``celery -A llmgw worker -B`` as a child process."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "llmgw",
+            "worker",
+            "-B",
+            "--loglevel=WARNING",
+            "--concurrency=2",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        self.proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(WORKER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def announce(cfg: config.Config, written: list) -> None:
+    print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/)", flush=True)
+    print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/", flush=True)
+    mode = "embedded (SQLite/filesystem broker, in-process worker)" if cfg.embedded else "Redis"
+    print(f"llmgw: data dir {cfg.data_dir}; mode: {mode}", flush=True)
+    if written:
+        print(
+            "llmgw: first start: user 'admin' created; its password, an API token and the agent join "
+            f"token are in {cfg.data_dir}/admin-password, admin-token and join-token (mode 0600)",
+            flush=True,
+        )
+    else:
+        print(f"llmgw: the admin password is in {cfg.data_dir}/admin-password", flush=True)
+
+
+def run_server(cfg: config.Config) -> None:
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+
+    from llmgw.asgi import application
+
+    endpoints = []
+    for addr in (cfg.admin_addr, cfg.gateway_addr):
+        endpoints += build_endpoint_description_strings(host=addr.host, port=addr.port)
+    Server(
+        application=application,
+        endpoints=endpoints,
+        signal_handlers=True,
+        verbosity=0,
+        server_name="llmgw",
+        application_close_timeout=5,
+    ).run()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="llmgw serve", description="Run the control plane.")
+    parser.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="leave the Celery worker and beat to separate 'celery -A llmgw worker -B' processes",
+    )
+    args = parser.parse_args(argv)
+    try:
+        cfg = config.load()
+    except config.ConfigError as exc:
+        return fail(f"configuration error: {exc}")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
+    import django
+
+    django.setup()
+    problem = database_error()
+    if problem:
+        return fail(f"configuration error: LLMGW_DATABASE_URL: the database cannot be reached: {problem}")
+    for variable, addr in (("LLMGW_ADMIN_ADDR", cfg.admin_addr), ("LLMGW_GATEWAY_ADDR", cfg.gateway_addr)):
+        problem = address_error(variable, addr)
+        if problem:
+            return fail(f"configuration error: {problem}")
+
+    from django.core.management import call_command
+
+    from llmgw.core.bootstrap import first_start
+
+    call_command("migrate", interactive=False, verbosity=0)
+    boot = first_start(cfg.data_dir)
+    announce(cfg, boot.written)
+
+    worker = None
+    if not args.no_worker:
+        from llmgw.celery import app as celery_app
+
+        worker = ThreadWorker(celery_app) if cfg.embedded else ProcessWorker()
+        worker.start()
+    try:
+        run_server(cfg)
+    finally:
+        if worker is not None:
+            worker.stop()
+    print("llmgw: stopped", flush=True)
+    return 0

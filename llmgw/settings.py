@@ -1,0 +1,173 @@
+"""Django settings, built from :mod:`llmgw.config` (the environment).
+
+Nothing here is a fixed secret or a debug default: the secret key is generated
+once into the data dir, DEBUG is off unless LLMGW_DEBUG says otherwise.
+"""
+
+from __future__ import annotations
+
+import dj_database_url
+
+from llmgw import config as llmgw_config
+
+CONFIG = llmgw_config.load()
+
+BASE_DIR = CONFIG.data_dir
+DATA_DIR = CONFIG.data_dir
+SECRET_KEY = CONFIG.secret_key
+DEBUG = CONFIG.debug
+ALLOWED_HOSTS = list(CONFIG.allowed_hosts)
+LLMGW_ADMIN_ADDR = CONFIG.admin_addr
+LLMGW_GATEWAY_ADDR = CONFIG.gateway_addr
+LLMGW_REDIS_URL = CONFIG.redis_url
+LLMGW_CATALOG_FILE = CONFIG.catalog_file
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "llmgw.core",
+    "inventory",
+    "catalog",
+    "placement",
+    "dashboard",
+    "gateway",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "llmgw.listeners.GatewayListenerMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "llmgw.urls"
+GATEWAY_URLCONF = "llmgw.urls_gateway"
+ASGI_APPLICATION = "llmgw.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": dj_database_url.parse(CONFIG.database_url, conn_max_age=60, conn_health_checks=True)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web listener read while the embedded worker writes, and
+    # IMMEDIATE transactions take the write lock up front instead of failing
+    # half-way with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+else:
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = "llmgw_test"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+LOGIN_URL = "admin:login"
+
+# Requests from agents and the API are bounded so that a runaway client cannot
+# make the server hold an arbitrary body in memory.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+
+if CONFIG.redis_url:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [CONFIG.redis_url], "capacity": 1000, "expiry": 10},
+        }
+    }
+    CELERY_BROKER_URL = CONFIG.redis_url
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 300}
+else:
+    # The in-memory layer reaches only this process, which is why the embedded
+    # worker runs inside the ASGI process (see llmgw.serve).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    _broker = DATA_DIR / "broker"
+    for _sub in ("queue", "processed"):
+        (_broker / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker / "queue"),
+        "data_folder_out": str(_broker / "queue"),
+        "processed_folder": str(_broker / "processed"),
+        "store_processed": False,
+    }
+
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "llmgw.core.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "llmgw.core.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "llmgw admin API",
+    "DESCRIPTION": "The control plane's management API, read by `llmgw ctl`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,17 @@
+"""URLs of the admin listener."""
+
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from llmgw.health import healthz
+
+admin.site.site_header = "llmgw"
+admin.site.site_title = "llmgw"
+admin.site.index_title = "Fleet administration"
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/schema", SpectacularAPIView.as_view(), name="api-schema"),
+]

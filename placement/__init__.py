@@ -1,0 +1,1 @@
+"""Where models run: replicas and their shards, the scheduler and the reconciler."""

@@ -1,0 +1,121 @@
+"""Replicas of models and the shards they run as, one shard per node."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from catalog.models import CatalogModel, Profile
+from inventory.models import Node, NVLinkDomain
+
+
+class ReplicaState(models.TextChoices):
+    PENDING = "pending", "pending"
+    STARTING = "starting", "starting"
+    READY = "ready", "ready"
+    FAILED = "failed", "failed"
+    STOPPING = "stopping", "stopping"
+
+
+class ShardState(models.TextChoices):
+    PENDING = "pending", "pending"
+    FETCHING = "fetching", "fetching weights"
+    STARTING = "starting", "starting"
+    READY = "ready", "ready"
+    FAILED = "failed", "failed"
+    STOPPING = "stopping", "stopping"
+
+
+def _short_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class Replica(models.Model):
+    """One running copy of a model, on one or more nodes.
+
+    ``profile_fingerprint`` is the profile's fingerprint when it was placed;
+    when the catalog's differs, the replica is stale (reported, not restarted).
+    ``last_used_at`` NULL means no request has been routed to it yet, which is
+    not the same as idle since creation.
+    """
+
+    id = models.CharField(primary_key=True, max_length=32, default=_short_id, editable=False)
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="replicas")
+    profile = models.ForeignKey(Profile, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas")
+    profile_name = models.CharField(max_length=64)
+    profile_fingerprint = models.CharField(max_length=16, blank=True)
+    state = models.CharField(max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING, db_index=True)
+    pool = models.CharField(max_length=100, blank=True)
+    fabric = models.CharField(max_length=100, blank=True, help_text="The InfiniBand fabric a multi-node replica uses.")
+    nvlink_domain = models.ForeignKey(
+        NVLinkDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
+    )
+    endpoint = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["model__name", "created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=ReplicaState.values), name="replica_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}#{self.id}"
+
+    @property
+    def stale(self) -> bool:
+        """Placed under a profile definition the catalog no longer holds.
+
+        A replica with no recorded fingerprint, or whose profile is gone, is
+        not called stale: those are different facts with their own states.
+        """
+        if not self.profile_fingerprint or self.profile is None:
+            return False
+        return self.profile.fingerprint != self.profile_fingerprint
+
+
+class Shard(models.Model):
+    """The part of a replica that runs on one node.
+
+    ``fetch_total`` NULL with ``fetch_done`` set means the source did not say
+    how large the weights are: progress is shown in bytes only.
+    """
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="shards")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="shards")
+    rank = models.PositiveSmallIntegerField(default=0)
+    gpu_indices = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=ShardState.choices, default=ShardState.PENDING, db_index=True)
+    error = models.TextField(blank=True)
+    fetch_source = models.CharField(max_length=500, blank=True)
+    fetch_done = models.BigIntegerField(null=True, blank=True)
+    fetch_total = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["replica", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["replica", "rank"], name="shard_unique_rank"),
+            models.CheckConstraint(
+                condition=Q(fetch_done__isnull=True) | Q(fetch_done__gte=0), name="shard_fetch_done_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=Q(fetch_total__isnull=True) | Q(fetch_total__gte=0), name="shard_fetch_total_nonneg"
+            ),
+            models.CheckConstraint(condition=Q(state__in=ShardState.values), name="shard_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id}/{self.rank}@{self.node.name}"
+
+    @property
+    def fetch_percent(self) -> int | None:
+        """None when the total is unknown: an invented percentage that stops moving misleads."""
+        if self.fetch_done is None or not self.fetch_total:
+            return None
+        return min(100, int(self.fetch_done * 100 / self.fetch_total))
