@@ -18,6 +18,7 @@ import sys
 # command -> module with a ``main(argv) -> int``
 OWN_COMMANDS = {
     "serve": "llmgw.serve",
+    "discover": "agent.discover_cmd",
 }
 
 
