@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 from llmgw import config
 
@@ -100,7 +101,12 @@ def _die_with_parent() -> None:
 
 
 class ProcessWorker:
-    """``celery -A llmgw worker -B`` as a child process."""
+    """``celery -A llmgw worker -B`` as a child process, in a process group of its own.
+
+    The group lets stop() reach the worker's pool and beat processes too: the
+    worker usually takes them down itself, but one that is stuck must not
+    outlive the server.
+    """
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -112,6 +118,7 @@ class ProcessWorker:
             "celery",
             "-A",
             "llmgw",
+            "--quiet",
             "worker",
             "-B",
             "--loglevel=WARNING",
@@ -119,17 +126,32 @@ class ProcessWorker:
             "--without-gossip",
             "--without-mingle",
         ]
-        self.proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent, start_new_session=True)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.terminate()
+        group = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
         try:
             self.proc.wait(WORKER_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        deadline = time.monotonic() + 5
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def announce(cfg: config.Config, written: list) -> None:

@@ -157,6 +157,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "The control plane's management API, read by `llmgw ctl`.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 LOGGING = {

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularJSONAPIView
 
 from llmgw.health import healthz
 
@@ -13,5 +13,5 @@ admin.site.index_title = "Fleet administration"
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("api/v1/schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]

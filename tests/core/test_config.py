@@ -1,0 +1,96 @@
+"""Settings come from the environment; a value that cannot be used stops start-up with one clear line."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from llmgw import config
+
+
+def load(tmp_path, **env):
+    return config.load({"LLMGW_DATA_DIR": str(tmp_path / "data"), **env})
+
+
+def test_defaults_work_on_one_machine(tmp_path):
+    cfg = load(tmp_path)
+    assert cfg.database_url == f"sqlite:///{tmp_path / 'data' / 'llmgw.sqlite3'}"
+    assert cfg.embedded and cfg.redis_url is None
+    assert str(cfg.admin_addr) == "127.0.0.1:8000"
+    assert str(cfg.gateway_addr) == "127.0.0.1:8080"
+    assert cfg.debug is False
+
+
+def test_secret_key_is_generated_once_and_kept_private(tmp_path):
+    first = load(tmp_path).secret_key
+    assert load(tmp_path).secret_key == first
+    mode = stat.S_IMODE(os.stat(tmp_path / "data" / "secret-key").st_mode)
+    assert mode == 0o600
+
+
+def test_secret_key_from_a_file(tmp_path):
+    secret = tmp_path / "key"
+    secret.write_text("from-a-file\n")
+    assert load(tmp_path, LLMGW_SECRET_KEY_FILE=str(secret)).secret_key == "from-a-file"
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "words"),
+    [
+        ({"LLMGW_DATABASE_URL": "mysql://x@y/z"}, "LLMGW_DATABASE_URL", "not supported"),
+        ({"LLMGW_DATABASE_URL": "postgresql://u@h:notaport/db"}, "LLMGW_DATABASE_URL", "port is not a number"),
+        ({"LLMGW_DATABASE_URL": "nonsense"}, "LLMGW_DATABASE_URL", "not supported"),
+        ({"LLMGW_REDIS_URL": "http://localhost"}, "LLMGW_REDIS_URL", "redis://"),
+        ({"LLMGW_ADMIN_ADDR": "127.0.0.1"}, "LLMGW_ADMIN_ADDR", "no port"),
+        ({"LLMGW_ADMIN_ADDR": "127.0.0.1:99999"}, "LLMGW_ADMIN_ADDR", "between 1 and 65535"),
+        ({"LLMGW_GATEWAY_ADDR": "127.0.0.1:8000"}, "LLMGW_GATEWAY_ADDR", "same as LLMGW_ADMIN_ADDR"),
+        ({"LLMGW_DEBUG": "maybe"}, "LLMGW_DEBUG", "yes/no"),
+        ({"LLMGW_SECRET_KEY_FILE": "/nonexistent/key"}, "LLMGW_SECRET_KEY_FILE", "cannot read"),
+    ],
+)
+def test_bad_values_name_the_variable_and_the_reason(tmp_path, env, variable, words):
+    with pytest.raises(config.ConfigError) as info:
+        load(tmp_path, **env)
+    assert info.value.variable == variable
+    assert words in str(info.value)
+
+
+def test_ipv6_addresses(tmp_path):
+    cfg = load(tmp_path, LLMGW_ADMIN_ADDR="[::1]:9000")
+    assert cfg.admin_addr.host == "::1" and cfg.admin_addr.port == 9000
+    assert cfg.admin_addr.url_host == "[::1]:9000"
+
+
+def run_llmgw(tmp_path, *args, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    clean.update({"LLMGW_DATA_DIR": str(tmp_path / "data"), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "llmgw.cli", *args], env=clean, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_command_prints_one_line_not_a_traceback(tmp_path):
+    result = run_llmgw(tmp_path, "serve", LLMGW_DATABASE_URL="mysql://x@y/z")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("llmgw: configuration error: LLMGW_DATABASE_URL:")
+
+
+def test_unreachable_database_stops_start_up_clearly(tmp_path):
+    result = run_llmgw(tmp_path, "serve", LLMGW_DATABASE_URL="postgresql://postgres@127.0.0.1:1/llmgw")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "LLMGW_DATABASE_URL: the database cannot be reached" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_django_commands_also_refuse_bad_values(tmp_path):
+    result = run_llmgw(tmp_path, "check", LLMGW_ADMIN_ADDR="nope")
+    assert result.returncode == 2
+    assert "LLMGW_ADMIN_ADDR" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,231 @@
+"""``llmgw serve`` as a user starts it: a subprocess on a fresh data dir.
+
+The first test uses the embedded defaults (no PostgreSQL, no Redis); the
+second runs with Redis, where the worker is a child process that must not
+outlive the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+START_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Server:
+    def __init__(self, tmp_path: Path, **env: str) -> None:
+        self.data = tmp_path / "data"
+        self.admin = f"127.0.0.1:{free_port()}"
+        self.gateway = f"127.0.0.1:{free_port()}"
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+        clean.update(
+            LLMGW_DATA_DIR=str(self.data),
+            LLMGW_ADMIN_ADDR=self.admin,
+            LLMGW_GATEWAY_ADDR=self.gateway,
+            LLMGW_EVERY_TICK="1",
+            PYTHONUNBUFFERED="1",
+            **env,
+        )
+        self.log = tmp_path / "serve.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmgw.cli", "serve"], env=clean, stdout=self.log.open("w"), stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"http://{self.admin}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError("llmgw serve did not answer /healthz:\n" + self.log.read_text())
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def embedded(tmp_path):
+    server = Server(tmp_path)
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+
+
+def test_embedded_serve_answers_on_both_listeners_and_stops_cleanly(embedded):
+    server = embedded
+    server.wait_ready()
+
+    health = httpx.get(f"http://{server.admin}/healthz").json()
+    assert health["listener"] == "admin"
+    assert health["database"] == {"ok": True, "engine": "sqlite"}
+    assert health["channel_layer"]["ok"] and health["channel_layer"]["kind"] == "in-memory"
+    assert health["broker"]["ok"] and health["broker"]["kind"] == "filesystem"
+    assert health["version"] and health["django"].startswith("5.2")
+
+    gateway_health = httpx.get(f"http://{server.gateway}/healthz")
+    assert gateway_health.status_code == 200 and gateway_health.json()["listener"] == "gateway"
+
+    login = httpx.get(f"http://{server.admin}/admin/login/")
+    assert login.status_code == 200 and "csrfmiddlewaretoken" in login.text
+    for path in ("/admin/login/", "/admin/", "/api/v1/schema", "/", "/metrics"):
+        assert httpx.get(f"http://{server.gateway}{path}").status_code == 404, path
+
+    # The first start wrote the operator's secrets, readable by this user alone.
+    for name in ("admin-password", "admin-token", "join-token"):
+        path = server.data / name
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
+        assert len(path.read_text().strip()) >= 20
+    assert "admin-password" in server.log.read_text()
+
+    token = (server.data / "admin-token").read_text().strip()
+    assert httpx.get(f"http://{server.admin}/api/v1/schema").status_code == 401
+    schema = httpx.get(f"http://{server.admin}/api/v1/schema", headers={"Authorization": f"Bearer {token}"})
+    assert schema.status_code == 200
+    bad = httpx.get(f"http://{server.admin}/api/v1/schema", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and "unknown or has been revoked" in bad.json()["error"]
+
+    # The operator can log in with the password that was written down.
+    with httpx.Client(base_url=f"http://{server.admin}") as browser:
+        page = browser.get("/admin/login/")
+        csrf = browser.cookies["csrftoken"]
+        password = (server.data / "admin-password").read_text().strip()
+        answer = browser.post(
+            "/admin/login/?next=/admin/",
+            data={"username": "admin", "password": password, "csrfmiddlewaretoken": csrf, "next": "/admin/"},
+        )
+        assert answer.status_code == 302 and page.status_code == 200
+        assert browser.get("/admin/").status_code == 200
+
+    # The embedded worker and beat run the periodic tasks without Redis.
+    deadline = time.monotonic() + 30
+    while httpx.get(f"http://{server.admin}/healthz").json()["worker"].get("last_tick") is None:
+        assert time.monotonic() < deadline, "the periodic tick never ran:\n" + server.log.read_text()
+        time.sleep(0.5)
+
+    pid = server.proc.pid
+    assert server.stop() == 0, server.log.read_text()
+    assert not descendants(pid)
+    assert "Traceback" not in server.log.read_text(), server.log.read_text()
+
+
+def test_restart_keeps_the_secrets(tmp_path):
+    first = Server(tmp_path)
+    first.wait_ready()
+    password = (first.data / "admin-password").read_text()
+    assert first.stop() == 0
+    second = Server(tmp_path)
+    try:
+        second.wait_ready()
+        assert (second.data / "admin-password").read_text() == password
+        assert "first start" not in second.log.read_text()
+    finally:
+        second.stop()
+
+
+def test_with_redis_the_worker_is_a_child_that_dies_with_the_server(tmp_path):
+    redis_url = os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    server = Server(tmp_path, LLMGW_REDIS_URL=redis_url)
+    try:
+        server.wait_ready()
+        health = httpx.get(f"http://{server.admin}/healthz").json()
+        assert health["channel_layer"] == {"ok": True, "kind": "redis"}
+        assert health["broker"] == {"ok": True, "kind": "redis"}
+        deadline = time.monotonic() + 60
+        while httpx.get(f"http://{server.admin}/healthz").json()["worker"].get("last_tick") is None:
+            assert time.monotonic() < deadline, "the worker never ran the tick:\n" + server.log.read_text()
+            time.sleep(0.5)
+        children = descendants(server.proc.pid)
+        assert children, "the Celery worker runs as a child process"
+        assert server.stop() == 0, server.log.read_text()
+        time.sleep(0.5)
+        assert not [pid for pid in children if alive(pid)], "no process outlives llmgw serve"
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+def test_gateway_refuses_everything_but_v1_and_healthz():
+    from llmgw.listeners import gateway_path_allowed
+
+    assert gateway_path_allowed("/v1/chat/completions") and gateway_path_allowed("/healthz")
+    assert not gateway_path_allowed("/v1admin") and not gateway_path_allowed("/admin/")
+    assert not gateway_path_allowed("/healthz/extra")
+
+
+def test_no_worker_flag_leaves_the_worker_out(tmp_path):
+    server = Server(tmp_path)
+    server.proc.kill()
+    server.proc.wait()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    clean.update(
+        LLMGW_DATA_DIR=str(server.data),
+        LLMGW_ADMIN_ADDR=server.admin,
+        LLMGW_GATEWAY_ADDR=server.gateway,
+        LLMGW_EVERY_TICK="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"],
+        env=clean,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server.proc = proc
+    try:
+        server.wait_ready()
+        time.sleep(3)
+        assert httpx.get(f"http://{server.admin}/healthz").json()["worker"] == {"last_tick": None}
+        assert json.loads(httpx.get(f"http://{server.gateway}/healthz").text)["status"] == "ok"
+    finally:
+        assert server.stop() == 0
