@@ -94,11 +94,19 @@ class Node(models.Model):
     imex_nodes = models.JSONField("IMEX nodes", null=True, blank=True)
     load = models.JSONField(null=True, blank=True, help_text="At the last heartbeat. NULL: not measured.")
     problems = models.JSONField(default=list, blank=True, help_text="What discovery could not read, in words.")
+    machine_id = models.CharField(
+        max_length=64, blank=True, help_text="/etc/machine-id: tells the same machine re-registering from another."
+    )
     credential_digest = models.CharField(max_length=64, blank=True, editable=False, db_index=True)
     report_digest = models.CharField(max_length=64, blank=True, editable=False)
     registered_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    lost = models.BooleanField(
+        default=False, help_text="Silent past its grace: what is placed here is considered gone."
+    )
+    shard_status = models.JSONField(default=list, blank=True, help_text="Shard states at the last heartbeat.")
 
     class Meta:
         ordering = ["name"]
@@ -261,3 +269,40 @@ class JoinToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint})"
+
+
+class FleetEvent(models.Model):
+    """Something that happened to many things at once, recorded once.
+
+    A whole NVLink domain going silent together (a fabric manager restart, a
+    rack switch) is one event, not eighteen node failures; while it is open its
+    nodes get a longer grace before anything on them is considered lost.
+    """
+
+    class Kind(models.TextChoices):
+        DOMAIN_DARK = "domain_dark", "NVLink domain went silent"
+        NODE_UNREACHABLE = "node_unreachable", "node unreachable"
+        NODE_LOST = "node_lost", "node lost"
+
+    kind = models.CharField(max_length=32, choices=Kind.choices, db_index=True)
+    subject = models.CharField(max_length=200, help_text="The node or domain it happened to.")
+    domain = models.ForeignKey(NVLinkDomain, null=True, blank=True, on_delete=models.SET_NULL)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    started_at = models.DateTimeField(default=timezone.now, db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")), name="fleetevent_ends_after"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.subject}"
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None

@@ -20,6 +20,7 @@ app.autodiscover_tasks(["llmgw.core", "inventory", "catalog", "placement", "dash
 # name: (task, default period in seconds)
 PERIODIC: dict[str, tuple[str, float]] = {
     "tick": ("llmgw.core.tasks.tick", 10.0),
+    "reachability": ("inventory.tasks.check_reachability", 5.0),
 }
 
 

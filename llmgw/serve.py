@@ -45,7 +45,7 @@ def database_error() -> str | None:
 
     try:
         connection.ensure_connection()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure stops start-up the same way
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return first
     finally:

@@ -1,7 +1,7 @@
 """URLs of the admin listener."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from llmgw.health import healthz
@@ -13,5 +13,6 @@ admin.site.index_title = "Fleet administration"
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/agent/", include("llmgw.agentapi.urls")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]

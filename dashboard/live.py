@@ -1,0 +1,84 @@
+"""Telling open pages what changed: the one place that publishes to Channels groups.
+
+Groups: ``fleet`` (everything a fleet page shows), ``node.<pk>`` and
+``domain.<pk>``. Messages are small JSON dicts; consumers forward them as they
+are. Publishing never fails its caller: when the channel layer (Redis) is
+down, the database still holds the truth, so the change is logged and
+dropped, and publishing is skipped for a few seconds rather than making every
+heartbeat wait on a dead connection. Pages reload their state when their
+websocket reconnects, so nothing is lost for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, TypedDict
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+BACKOFF_S = 5.0
+MESSAGE_TYPE = "live.update"
+
+
+class Update(TypedDict, total=False):
+    """What a page receives: what changed (``kind``) and about what (``subject``)."""
+
+    kind: str
+    subject: str
+    data: dict[str, Any]
+
+
+def fleet_group() -> str:
+    return "fleet"
+
+
+def node_group(node_pk: int) -> str:
+    return f"node.{node_pk}"
+
+
+def domain_group(domain_pk: int) -> str:
+    return f"domain.{domain_pk}"
+
+
+class _Breaker:
+    """Skips publishing for a while after the layer failed, so callers never queue on it."""
+
+    def __init__(self) -> None:
+        self.down_until = 0.0
+        self.lock = threading.Lock()
+
+    def open(self) -> bool:
+        return time.monotonic() < self.down_until
+
+    def trip(self, exc: Exception) -> None:
+        with self.lock:
+            if not self.open():
+                log.warning("live updates paused for %.0f s: the channel layer failed: %s", BACKOFF_S, exc)
+            self.down_until = time.monotonic() + BACKOFF_S
+
+    def reset(self) -> None:
+        self.down_until = 0.0
+
+
+breaker = _Breaker()
+
+
+def publish(groups: list[str], update: Update) -> bool:
+    """Send ``update`` to each group; False when it could not be sent (and was dropped)."""
+    if breaker.open():
+        return False
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    message = {"type": MESSAGE_TYPE, **update}
+    try:
+        for group in groups:
+            async_to_sync(layer.group_send)(group, message)
+    except Exception as exc:  # noqa: BLE001 - any layer failure means the same thing here
+        breaker.trip(exc)
+        return False
+    return True

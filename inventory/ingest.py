@@ -1,0 +1,274 @@
+"""Ingestion: a node's report becomes inventory rows, writing only what changed.
+
+Steps for a full report, all in one transaction:
+
+1. Compare the report's digest (volatile readings left out) with the one
+   stored at the last report. Equal: only liveness and load are written.
+2. Otherwise map node-level facts onto the node's columns and write those
+   that differ. A key the report lacks becomes NULL — unknown — never empty.
+3. Diff GPUs by index and IB ports by (HCA, port): create, update only the
+   changed columns, delete what is gone. NVLink domains are created the first
+   time a card reports one and kept when they empty.
+4. Keep a history row whenever a port's master SM changes.
+5. After commit, tell the live pages what changed (see dashboard.live).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from agent.protocol import report_digest
+from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
+
+
+@dataclass
+class IngestResult:
+    """What a report changed; ``unchanged`` when the digest matched."""
+
+    unchanged: bool = False
+    node_fields: list[str] = field(default_factory=list)
+    gpus_added: list[int] = field(default_factory=list)
+    gpus_updated: list[int] = field(default_factory=list)
+    gpus_removed: list[int] = field(default_factory=list)
+    ports_changed: list[str] = field(default_factory=list)
+    domain_moves: list[tuple[int, str | None, str | None]] = field(default_factory=list)
+    sm_changes: int = 0
+    writes: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.node_fields or self.gpus_added or self.gpus_updated or self.gpus_removed or self.ports_changed)
+
+
+def is_zero_uuid(value: str) -> bool:
+    return not value.replace("0", "").replace("-", "").strip()
+
+
+def joined_domain(fabric: dict | None) -> tuple[str, int] | None:
+    """The NVLink domain a card has joined, per DESIGN.md, or None.
+
+    Joined means state Completed, status Success and a ClusterUUID that is not
+    all zeros (all zeros is one machine's own NVSwitch, which is no domain).
+    """
+    if not fabric:
+        return None
+    uuid = (fabric.get("cluster_uuid") or "").strip()
+    if fabric.get("state") != "Completed" or fabric.get("status") != "Success" or not uuid or is_zero_uuid(uuid):
+        return None
+    clique = fabric.get("clique_id")
+    return (uuid.lower(), int(clique) if clique is not None else 0)
+
+
+def node_columns(report: dict) -> dict[str, Any]:
+    """The node's columns as this report gives them (absent → None: unknown)."""
+    host = report.get("host") if isinstance(report.get("host"), dict) else {}
+    imex = report.get("imex") if isinstance(report.get("imex"), dict) else None
+    return {
+        "hostname": report.get("hostname") or host.get("hostname") or "",
+        "agent_version": report.get("agent_version") or "",
+        "os": host.get("os") or "",
+        "os_version": host.get("os_version") or "",
+        "arch": host.get("arch") or "",
+        "cpu_flags": host.get("cpu_flags"),
+        "memory_mb": host.get("memory_mb"),
+        "engines": report.get("engines"),
+        "disks": report.get("disks"),
+        "weights": report.get("weights"),
+        "fabrics": report.get("fabrics"),
+        "imex_state": (imex or {}).get("state") or "",
+        "imex_channels": (imex or {}).get("channels"),
+        "imex_nodes": (imex or {}).get("nodes"),
+        "problems": report.get("problems") or [],
+    }
+
+
+def gpu_columns(entry: dict) -> dict[str, Any]:
+    fabric = entry.get("fabric") if isinstance(entry.get("fabric"), dict) else {}
+    return {
+        "uuid": entry.get("uuid") or "",
+        "name": entry.get("name") or "",
+        "gpu_class": entry.get("class") or "",
+        "memory_mb": entry.get("memory_mb"),
+        "pci_bus": entry.get("pci_bus") or "",
+        "numa": entry.get("numa"),
+        "nvlink_peers": entry.get("nvlink_peers"),
+        "nics": entry.get("nics"),
+        "health": entry.get("health") or [],
+        "fabric_state": fabric.get("state") or "",
+        "fabric_status": fabric.get("status") or "",
+        "cluster_uuid": fabric.get("cluster_uuid") or "",
+        "clique_id": fabric.get("clique_id"),
+        "fabric_health_summary": fabric.get("health_summary") or "",
+        "fabric_bandwidth": fabric.get("bandwidth") or "",
+        "fabric_degraded": fabric.get("degraded"),
+        "fabric_problems": fabric.get("problems") or [],
+        "mig_mode": entry.get("mig_mode") or "",
+        "parent_index": entry.get("parent"),
+        "mig_uuid": entry.get("mig_uuid") or "",
+        "mig_profile": entry.get("mig_profile") or "",
+    }
+
+
+def port_columns(entry: dict) -> dict[str, Any]:
+    return {
+        "state": entry.get("state") or "",
+        "phys_state": entry.get("phys_state") or "",
+        "rate_gbps": entry.get("rate_gbps"),
+        "link_layer": entry.get("link_layer") or "",
+        "node_guid": entry.get("node_guid") or "",
+        "port_guid": entry.get("port_guid") or "",
+        "sm_lid": entry.get("sm_lid"),
+        "sm_guid": entry.get("sm_guid") or "",
+        "sm_error": (entry.get("sm_error") or "")[:200],
+        "network": entry.get("network") or "",
+        "fabric": entry.get("fabric") or "",
+        "counters": entry.get("counters") or {},
+    }
+
+
+class DomainCache:
+    """NVLink domains by key, created on first sight, within one ingestion."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, int], NVLinkDomain] = {}
+
+    def get(self, key: tuple[str, int]) -> NVLinkDomain:
+        if key not in self.by_key:
+            self.by_key[key], _ = NVLinkDomain.objects.get_or_create(cluster_uuid=key[0], clique_id=key[1])
+        return self.by_key[key]
+
+
+def _domain_key(domain_id: int | None, domains: dict[int, str]) -> str | None:
+    return domains.get(domain_id) if domain_id else None
+
+
+def _sync_gpus(node: Node, entries: list[dict], result: IngestResult) -> None:
+    existing = {g.index: g for g in GPU.objects.filter(node=node).select_related("domain")}
+    cache = DomainCache()
+    names = {g.domain_id: g.domain.key for g in existing.values() if g.domain_id}
+    to_create, to_update, changed_fields = [], [], set()
+    for entry in entries:
+        index = entry["index"]
+        columns = gpu_columns(entry)
+        key = joined_domain(entry.get("fabric"))
+        domain = cache.get(key) if key else None
+        columns["domain_id"] = domain.pk if domain else None
+        if domain:
+            names[domain.pk] = domain.key
+        gpu = existing.pop(index, None)
+        if gpu is None:
+            to_create.append(GPU(node=node, index=index, **columns))
+            result.gpus_added.append(index)
+            if domain:
+                result.domain_moves.append((index, None, domain.key))
+            continue
+        diff = [name for name, value in columns.items() if getattr(gpu, name) != value]
+        if not diff:
+            continue
+        if "domain_id" in diff:
+            result.domain_moves.append((index, _domain_key(gpu.domain_id, names), domain.key if domain else None))
+        for name in diff:
+            setattr(gpu, name, columns[name])
+        changed_fields.update(diff)
+        to_update.append(gpu)
+        result.gpus_updated.append(index)
+    if existing:
+        for gpu in existing.values():
+            if gpu.domain_id:
+                result.domain_moves.append((gpu.index, _domain_key(gpu.domain_id, names), None))
+        GPU.objects.filter(pk__in=[g.pk for g in existing.values()]).delete()
+        result.gpus_removed.extend(sorted(existing))
+        result.writes += 1
+    if to_create:
+        GPU.objects.bulk_create(to_create)
+        result.writes += 1
+    if to_update:
+        GPU.objects.bulk_update(to_update, sorted(changed_fields))
+        result.writes += 1
+
+
+def _sync_ports(node: Node, entries: list[dict], now: datetime, result: IngestResult) -> None:
+    existing = {(p.hca, p.port): p for p in IBPort.objects.filter(node=node)}
+    to_create, to_update, changed_fields, history = [], [], set(), []
+    for entry in entries:
+        key = (entry["hca"], entry["port"])
+        columns = port_columns(entry)
+        port = existing.pop(key, None)
+        if port is None:
+            to_create.append(IBPort(node=node, hca=key[0], port=key[1], **columns))
+            result.ports_changed.append(f"{key[0]}/{key[1]}")
+            continue
+        diff = [name for name, value in columns.items() if getattr(port, name) != value]
+        if not diff:
+            continue
+        if "sm_guid" in diff and (port.sm_guid or columns["sm_guid"]):
+            history.append(
+                SubnetManagerChange(
+                    node=node, hca=key[0], port=key[1], old_sm_guid=port.sm_guid, new_sm_guid=columns["sm_guid"], at=now
+                )
+            )
+        for name in diff:
+            setattr(port, name, columns[name])
+        changed_fields.update(diff)
+        to_update.append(port)
+        if diff != ["counters"]:
+            result.ports_changed.append(f"{key[0]}/{key[1]}")
+    if existing:
+        IBPort.objects.filter(pk__in=[p.pk for p in existing.values()]).delete()
+        result.ports_changed.extend(f"{h}/{p}" for h, p in existing)
+        result.writes += 1
+    for batch, op in ((to_create, "create"), (to_update, "update"), (history, "history")):
+        if not batch:
+            continue
+        result.writes += 1
+        if op == "update":
+            IBPort.objects.bulk_update(batch, sorted(changed_fields))
+        else:
+            type(batch[0]).objects.bulk_create(batch)
+    result.sm_changes = len(history)
+
+
+@transaction.atomic
+def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
+    """Store a full report (already validated by report_schema) for ``node``."""
+    digest = report_digest(report)
+    result = IngestResult()
+    liveness = {"last_seen": now, "last_report_at": now, "load": report.get("load")}
+    if digest == node.report_digest:
+        result.unchanged = True
+        Node.objects.filter(pk=node.pk).update(**liveness)
+        result.writes = 1
+        return result
+    columns = node_columns(report)
+    result.node_fields = [name for name, value in columns.items() if getattr(node, name) != value]
+    for name, value in {**columns, **liveness, "report_digest": digest}.items():
+        setattr(node, name, value)
+    node.save(update_fields=[*result.node_fields, *liveness, "report_digest"])
+    result.writes += 1
+    if "gpus" in report:
+        _sync_gpus(node, report["gpus"], result)
+    if "ib_ports" in report:
+        _sync_ports(node, report["ib_ports"], now, result)
+    return result
+
+
+def ingest_heartbeat(node: Node, beat: dict, now: datetime) -> bool:
+    """Store a light heartbeat: liveness, load, shard states. Returns True when the node came back.
+
+    One UPDATE: this runs every few seconds for every node, so it must cost
+    the database as little as anything can.
+    """
+    fields: dict[str, Any] = {"last_seen": now}
+    if "load" in beat:
+        fields["load"] = beat["load"]
+    if "shards" in beat:
+        fields["shard_status"] = beat["shards"]
+    came_back = not node.reachable or node.lost
+    if came_back:
+        fields.update(reachable=True, lost=False, unreachable_since=None)
+    Node.objects.filter(pk=node.pk).update(**fields)
+    return came_back

@@ -1,0 +1,49 @@
+"""Periodic inventory work."""
+
+from __future__ import annotations
+
+import os
+
+from celery import shared_task
+from django.utils import timezone
+
+from dashboard import live
+from inventory import reachability
+from llmgw.core.locks import exclusive
+
+
+def _seconds(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@shared_task(name="inventory.tasks.check_reachability", ignore_result=True)
+def check_reachability() -> dict:
+    """Mark silent nodes unreachable, then lost; safe to run twice, never twice at once.
+
+    Nothing is passed in, so a run that finds its nodes already deleted just
+    sees fewer nodes.
+    """
+    with exclusive("inventory.tasks.check_reachability") as held:
+        if not held:
+            return {"skipped": "another worker holds the lock"}
+        result = reachability.sweep(
+            timezone.now(),
+            grace_s=_seconds("LLMGW_NODE_GRACE_S", reachability.GRACE_S),
+            lost_after_s=_seconds("LLMGW_NODE_LOST_AFTER_S", reachability.LOST_AFTER_S),
+            domain_lost_after_s=_seconds("LLMGW_DOMAIN_LOST_AFTER_S", reachability.DOMAIN_LOST_AFTER_S),
+        )
+    if result.changed:
+        live.publish(
+            [live.fleet_group()],
+            live.Update(
+                kind="fleet.reachability",
+                subject="fleet",
+                data={
+                    "unreachable": result.unreachable,
+                    "lost": result.lost,
+                    "domains_dark": result.domains_dark,
+                    "domains_back": result.domains_back,
+                },
+            ),
+        )
+    return {"unreachable": len(result.unreachable), "lost": len(result.lost)}

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from llmgw.agentapi import views
+
+urlpatterns = [
+    path("register", views.register, name="agent-register"),
+    path("report", views.report, name="agent-report"),
+    path("heartbeat", views.heartbeat, name="agent-heartbeat"),
+]

@@ -1,0 +1,190 @@
+"""Agent endpoints. Plain Django views, not DRF: the heartbeat is the hottest path in
+the system, and it needs nothing from a framework but JSON in and out.
+
+Every refusal is ``{"error": "<sentence>"}`` with a 4xx status, and nothing
+stored changes: validation happens before the transaction that writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django.db import IntegrityError, transaction
+from django.http import JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
+from catalog import rules
+from dashboard import live
+from inventory import ingest
+from inventory.models import Node
+from inventory.report_schema import heartbeat_problems, report_problems
+from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
+from llmgw.core.tokens import hash_token, new_token
+from placement import assignments
+
+log = logging.getLogger(__name__)
+
+REPORT_LIMIT = 2 * 1024 * 1024
+HEARTBEAT_LIMIT = 256 * 1024
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def read_json(request, limit: int):
+    """The body as JSON, refusing what is too large before reading it all."""
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > limit:
+        raise Refused(413, f"the body is {int(length)} bytes; at most {limit} are accepted here")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise Refused(413, f"the body is over {limit} bytes, the most accepted here")
+    try:
+        return json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Refused(400, f"the body is not valid JSON: {exc}") from None
+
+
+def refusals(view):
+    def wrapped(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except Refused as refused:
+            return error(refused.status, refused.message)
+
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return csrf_exempt(require_POST(wrapped))
+
+
+def check_report(report) -> None:
+    problems = report_problems(report)
+    if problems:
+        raise Refused(400, "the report was not stored: " + "; ".join(problems))
+
+
+def publish_changes(node: Node, result: ingest.IngestResult) -> None:
+    if not result.changed:
+        return
+    update = live.Update(
+        kind="node.report",
+        subject=node.name,
+        data={
+            "node": node.pk,
+            "fields": result.node_fields,
+            "gpus_added": result.gpus_added,
+            "gpus_updated": result.gpus_updated,
+            "gpus_removed": result.gpus_removed,
+            "ports": result.ports_changed,
+            "domain_moves": result.domain_moves,
+        },
+    )
+    groups = [live.fleet_group(), live.node_group(node.pk)]
+    from inventory.models import NVLinkDomain
+
+    keys = {k for _, a, b in result.domain_moves for k in (a, b) if k}
+    for domain in NVLinkDomain.objects.filter(cluster_uuid__in={k.split("/")[0] for k in keys}):
+        if domain.key in keys:
+            groups.append(live.domain_group(domain.pk))
+    transaction.on_commit(lambda: live.publish(groups, update))
+
+
+@refusals
+def register(request):
+    """Register a node with a join token; answers its own credential, shown this once.
+
+    The same machine (same ``machine_id``) registering again under its name
+    keeps its identity and gets a fresh credential; another machine claiming
+    a registered name is refused.
+    """
+    check_join_token(bearer(request))
+    body = read_json(request, REPORT_LIMIT)
+    if not isinstance(body, dict):
+        raise Refused(400, "the registration must be a JSON object with at least a name")
+    name = body.get("name")
+    if not isinstance(name, str) or rules.name_problem("node name", name):
+        raise Refused(400, rules.name_problem("node name", str(name)) or "name must be a string")
+    machine_id = body.get("machine_id") or ""
+    if not isinstance(machine_id, str) or len(machine_id) > 64:
+        raise Refused(400, "machine_id must be a string of at most 64 characters")
+    report = body.get("report")
+    if report is not None:
+        check_report(report)
+    secret = new_token("llmgw_node")
+    now = timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is not None and (not machine_id or node.machine_id != machine_id):
+            raise Refused(
+                409,
+                f"a different machine is registered as {name!r}; choose another name, or "
+                "delete that node in the admin if it is gone",
+            )
+        created = node is None
+        if created:
+            try:
+                with transaction.atomic():
+                    node = Node.objects.create(
+                        name=name, machine_id=machine_id, last_seen=now, credential_digest=hash_token(secret)
+                    )
+            except IntegrityError:
+                raise Refused(409, f"{name!r} was registered at the same moment by another request") from None
+        else:
+            node.credential_digest = hash_token(secret)
+            node.last_seen = now
+            node.save(update_fields=["credential_digest", "last_seen"])
+        if report is not None:
+            publish_changes(node, ingest.ingest_report(node, report, now))
+    if created:
+        transaction.on_commit(
+            lambda: live.publish(
+                [live.fleet_group()], live.Update(kind="node.registered", subject=name, data={"node": node.pk})
+            )
+        )
+    return JsonResponse(
+        {
+            "node": name,
+            "credential": secret,
+            "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
+            "report_interval_s": REPORT_INTERVAL_S,
+        },
+        status=201 if created else 200,
+    )
+
+
+@refusals
+def report(request):
+    """A full discovery report from a registered node."""
+    node = node_for_credential(bearer(request))
+    body = read_json(request, REPORT_LIMIT)
+    check_report(body)
+    result = ingest.ingest_report(node, body, timezone.now())
+    if not result.unchanged:
+        publish_changes(node, result)
+    return JsonResponse(
+        {"unchanged": result.unchanged, "changed": result.changed, "shards": assignments.for_node(node.pk)}
+    )
+
+
+@refusals
+def heartbeat(request):
+    """A light heartbeat; answers the shards to run and whether a full report is wanted."""
+    node = node_for_credential(bearer(request))
+    body = read_json(request, HEARTBEAT_LIMIT)
+    problems = heartbeat_problems(body)
+    if problems:
+        raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
+    came_back = ingest.ingest_heartbeat(node, body, timezone.now())
+    if came_back:
+        live.publish(
+            [live.fleet_group(), live.node_group(node.pk)],
+            live.Update(kind="node.reachable", subject=node.name, data={"node": node.pk}),
+        )
+    digest = body.get("report_digest")
+    send_report = not node.report_digest or (digest is not None and digest != node.report_digest)
+    return JsonResponse({"shards": assignments.for_node(node.pk), "send_report": send_report})
