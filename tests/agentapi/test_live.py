@@ -1,0 +1,94 @@
+"""Live pushes: sent through a real Redis; with Redis down, heartbeats are still stored."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from dashboard import live
+from inventory.models import Node
+from llmgw.core.bootstrap import issue_join_token
+from tests.agentapi.reports import report
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REDIS = "redis://127.0.0.1:6379/14"
+
+
+def redis_layer(url: str) -> dict:
+    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}}
+
+
+def listen(group: str) -> str:
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    return channel
+
+
+def receive(channel: str, timeout: float = 3.0) -> dict:
+    import asyncio
+
+    async def get():
+        return await asyncio.wait_for(get_channel_layer().receive(channel), timeout)
+
+    return async_to_sync(get)()
+
+
+def post(client, path, body, token):
+    return client.post(
+        f"/api/v1/agent/{path}",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+@pytest.fixture(autouse=True)
+def fresh_breaker():
+    live.breaker.reset()
+    yield
+    live.breaker.reset()
+
+
+def test_a_report_is_pushed_to_the_fleet_and_node_groups(client, settings):
+    settings.CHANNEL_LAYERS = redis_layer(REDIS)
+    fleet = listen(live.fleet_group())
+    answer = post(client, "register", {"name": "tray-01", "machine_id": "m", "report": report()}, issue_join_token())
+    assert answer.status_code == 201
+    messages = [receive(fleet), receive(fleet)]
+    kinds = {m["kind"] for m in messages}
+    assert kinds == {"node.report", "node.registered"}
+    pushed = next(m for m in messages if m["kind"] == "node.report")
+    assert pushed["data"]["gpus_added"] == [0, 1, 2, 3]
+
+
+def test_with_redis_down_heartbeats_are_stored_and_pushes_resume_later(client, settings):
+    settings.CHANNEL_LAYERS = redis_layer("redis://127.0.0.1:1/0")
+    credential = post(client, "register", {"name": "tray-01", "machine_id": "m"}, issue_join_token()).json()[
+        "credential"
+    ]
+    Node.objects.update(reachable=False)
+    started = time.monotonic()
+    answer = post(client, "heartbeat", {"load": {"cpu_percent": 7.0}}, credential)
+    assert answer.status_code == 200
+    assert Node.objects.get().reachable and Node.objects.get().load == {"cpu_percent": 7.0}
+    assert live.breaker.open(), "the failure paused publishing"
+    # While paused, heartbeats do not wait on the dead connection at all.
+    Node.objects.update(reachable=False)
+    quick = time.monotonic()
+    assert post(client, "heartbeat", {}, credential).status_code == 200
+    assert time.monotonic() - quick < 0.5
+    assert time.monotonic() - started < 15
+
+    # Redis is back: once the pause is over, pushes flow again.
+    settings.CHANNEL_LAYERS = redis_layer(REDIS)
+    live.breaker.reset()
+    fleet = listen(live.fleet_group())
+    Node.objects.update(reachable=False)
+    assert post(client, "heartbeat", {}, credential).status_code == 200
+    assert receive(fleet)["kind"] == "node.reachable"
