@@ -19,6 +19,7 @@ import sys
 OWN_COMMANDS = {
     "serve": "llmgw.serve",
     "discover": "agent.discover_cmd",
+    "agent": "agent.agent_cmd",
 }
 
 

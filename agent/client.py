@@ -1,0 +1,85 @@
+"""The agent's side of the protocol: an async client of the control plane.
+
+Used by the real agent and by every simulated agent alike, so the simulator
+speaks exactly the protocol the fleet does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from agent import protocol
+
+TIMEOUT_S = 10.0
+
+
+class Refused(Exception):
+    """The control plane answered and said no (4xx): retrying the same request will not help."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Unreachable(Exception):
+    """The control plane could not be reached, or failed (5xx): try again later."""
+
+
+@dataclass
+class Registration:
+    node: str
+    credential: str
+    heartbeat_interval_s: float = protocol.HEARTBEAT_INTERVAL_S
+    report_interval_s: float = protocol.REPORT_INTERVAL_S
+
+
+class ControlPlane:
+    """One node's connection to the control plane."""
+
+    def __init__(self, server: str, client: httpx.AsyncClient | None = None) -> None:
+        self.server = server.rstrip("/")
+        self.client = client or httpx.AsyncClient(timeout=TIMEOUT_S)
+        self.credential: str | None = None
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _post(self, path: str, token: str, body: Any) -> dict:
+        try:
+            answer = await self.client.post(self.server + path, json=body, headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"{self.server}: {type(exc).__name__}: {exc}") from None
+        if answer.status_code >= 500:
+            raise Unreachable(f"{self.server} answered {answer.status_code}")
+        try:
+            data = answer.json()
+        except ValueError:
+            data = {"error": answer.text[:200]}
+        if answer.status_code >= 400:
+            raise Refused(answer.status_code, data.get("error", "no reason given") if isinstance(data, dict) else "")
+        return data
+
+    async def register(self, join_token: str, name: str, machine_id: str, report: dict | None) -> Registration:
+        body: dict[str, Any] = {"name": name, "machine_id": machine_id}
+        if report is not None:
+            body["report"] = report
+        data = await self._post(protocol.REGISTER_PATH, join_token, body)
+        self.credential = data["credential"]
+        return Registration(
+            node=data["node"],
+            credential=data["credential"],
+            heartbeat_interval_s=float(data.get("heartbeat_interval_s", protocol.HEARTBEAT_INTERVAL_S)),
+            report_interval_s=float(data.get("report_interval_s", protocol.REPORT_INTERVAL_S)),
+        )
+
+    async def report(self, report: dict) -> dict:
+        assert self.credential, "register first"
+        return await self._post(protocol.REPORT_PATH, self.credential, report)
+
+    async def heartbeat(self, beat: dict) -> dict:
+        assert self.credential, "register first"
+        return await self._post(protocol.HEARTBEAT_PATH, self.credential, beat)

@@ -1,0 +1,170 @@
+"""One agent's life: register once, then full reports and light heartbeats, forever.
+
+Steps, each turn:
+
+1. Not registered: register with the join token (and the current report).
+2. A full report when discovery saw a change, when the control plane asks
+   for one, and once a minute regardless — a fabric manager restart drops
+   every card of a domain at once, and only a fresh report shows it.
+3. Otherwise a light heartbeat: liveness, load, what the shards are doing.
+4. The control plane unreachable: wait with exponential backoff and full
+   jitter (never a thundering herd on a recovering server), keep running the
+   shards, and send the current state — a full report — once it answers.
+
+The loop knows nothing of where reports come from: the real agent gives it
+discovery, the simulator gives it captures with faults applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent import protocol
+from agent.client import ControlPlane, Refused, Registration, Unreachable
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 60.0
+
+
+@dataclass
+class Identity:
+    """Who this agent is: its name, its machine, and its credential once it has one."""
+
+    name: str
+    machine_id: str
+    credential: str | None = None
+
+
+@dataclass
+class LoopState:
+    registered: bool = False
+    failures: int = 0
+    last_report_at: float = float("-inf")
+    last_digest: str | None = None
+    want_report: bool = True
+    desired_shards: list[dict] = field(default_factory=list)
+    last_error: str | None = None
+
+
+def backoff_s(failures: int, rng: random.Random) -> float:
+    """Full jitter: anywhere between zero and the exponential ceiling."""
+    ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(failures, 16)))
+    return rng.uniform(0, ceiling)
+
+
+class AgentLoop:
+    """Drives one node's protocol. ``make_report`` and ``make_heartbeat`` say what to send."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        identity: Identity,
+        join_token: str | None,
+        make_report: Callable[[], Awaitable[dict]],
+        make_heartbeat: Callable[[], Awaitable[dict]],
+        on_registered: Callable[[Registration], None] | None = None,
+        on_shards: Callable[[list[dict]], None] | None = None,
+        heartbeat_interval_s: float = protocol.HEARTBEAT_INTERVAL_S,
+        report_interval_s: float = protocol.REPORT_INTERVAL_S,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plane = plane
+        self.identity = identity
+        self.join_token = join_token
+        self.make_report = make_report
+        self.make_heartbeat = make_heartbeat
+        self.on_registered = on_registered
+        self.on_shards = on_shards
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.report_interval_s = report_interval_s
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.state = LoopState()
+        if identity.credential:
+            plane.credential = identity.credential
+            self.state.registered = True
+
+    def request_report(self) -> None:
+        """Discovery saw a change (or a test injected one): send a full report next turn."""
+        self.state.want_report = True
+
+    async def _register(self) -> None:
+        if not self.join_token:
+            raise Refused(401, "no credential and no join token: give --join-token once")
+        registration = await self.plane.register(
+            self.join_token, self.identity.name, self.identity.machine_id, await self.make_report()
+        )
+        self.identity.credential = registration.credential
+        self.state.registered = True
+        self.state.last_report_at = self.clock()
+        self.state.want_report = False
+        self.heartbeat_interval_s = registration.heartbeat_interval_s
+        self.report_interval_s = registration.report_interval_s
+        if self.on_registered:
+            self.on_registered(registration)
+
+    def _report_due(self) -> bool:
+        return self.state.want_report or self.clock() - self.state.last_report_at >= self.report_interval_s
+
+    async def _send_report(self) -> dict:
+        report = await self.make_report()
+        digest = protocol.report_digest(report)
+        answer = await self.plane.report(report)
+        self.state.last_digest = digest
+        self.state.last_report_at = self.clock()
+        self.state.want_report = False
+        return answer
+
+    async def _send_heartbeat(self) -> dict:
+        beat = await self.make_heartbeat()
+        if self.state.last_digest:
+            beat["report_digest"] = self.state.last_digest
+        answer = await self.plane.heartbeat(beat)
+        if answer.get("send_report"):
+            self.state.want_report = True
+        return answer
+
+    async def turn(self) -> float:
+        """One exchange with the control plane; returns how long to sleep before the next."""
+        try:
+            if not self.state.registered:
+                await self._register()
+                return self.heartbeat_interval_s
+            answer: dict[str, Any] = await (self._send_report() if self._report_due() else self._send_heartbeat())
+        except Unreachable as exc:
+            self.state.failures += 1
+            self.state.want_report = True  # the server may have missed changes meanwhile
+            self.state.last_error = str(exc)
+            return backoff_s(self.state.failures, self.rng)
+        except Refused as exc:
+            self.state.last_error = exc.message
+            if exc.status == 401 and self.state.registered and self.join_token:
+                # The credential was revoked (or the node deleted): register again.
+                self.state.registered = False
+                return 0.0
+            self.state.failures += 1
+            return backoff_s(self.state.failures, self.rng)
+        self.state.failures = 0
+        self.state.last_error = None
+        if "shards" in answer:
+            self.state.desired_shards = answer["shards"]
+            if self.on_shards:
+                self.on_shards(answer["shards"])
+        return self.heartbeat_interval_s
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            delay = await self.turn()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass
