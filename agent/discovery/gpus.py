@@ -395,6 +395,8 @@ def _watts(value: float | None) -> float | None:
 def cards_from_smi(log: smi.SmiLog) -> tuple[list[CardFacts], list[str]]:
     """Facts for every card of an nvidia-smi log, and the problems it shows."""
     cards = [card_from_smi(i, g) for i, g in enumerate(log.gpus)]
+    if len(cards) == 1 and not cards[0].errors:
+        cards[0].nvlink_peers = []  # a lone card has no peers, whatever the source can say
     problems = [f"gpu {c.index}: nvidia-smi: {e}" for c in cards for e in c.errors]
     if log.attached_gpus is not None and log.attached_gpus != len(log.gpus):
         problems.append(f"nvidia-smi says {log.attached_gpus} GPUs are attached but lists {len(log.gpus)}")
