@@ -233,7 +233,8 @@ def fabric_problems(facts: FabricFacts) -> list[str]:
         problems.append("fabric route unhealthy")
     if facts.access_timeout_recovery:
         problems.append("fabric access timeout recovery in progress")
-    if facts.incorrect_configuration is not None and facts.incorrect_configuration.lower() not in ("none", "false", "no"):
+    incorrect = facts.incorrect_configuration
+    if incorrect is not None and incorrect.lower() not in ("none", "false", "no"):
         problems.append(f"fabric configuration incorrect: {facts.incorrect_configuration}")
     if facts.partition_assigned is False:
         problems.append("no fabric partition assigned")
@@ -336,8 +337,7 @@ def _mig_from_smi(dev: smi.SmiMigDevice, processes: list[smi.SmiProcess] | None)
     gi, ci = smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id)
     count = None
     if processes is not None:
-        mine = [p for p in processes if smi.integer(p.gpu_instance_id) == gi and smi.integer(p.compute_instance_id) == ci]
-        count = _count_pids(mine)
+        count = _count_pids([p for p in processes if _instance_of(p) == (gi, ci)])
     return MigFacts(
         device=dev.index,
         memory_mib=smi.integer(dev.memory_total),
@@ -349,6 +349,11 @@ def _mig_from_smi(dev: smi.SmiMigDevice, processes: list[smi.SmiProcess] | None)
         processes=count,
         ecc_uncorrectable=smi.integer(dev.ecc_uncorrectable),
     )
+
+
+def _instance_of(process: smi.SmiProcess) -> tuple[int | None, int | None]:
+    """The (GPU instance, compute instance) a process runs in; (None, None) outside MIG."""
+    return smi.integer(process.gpu_instance_id), smi.integer(process.compute_instance_id)
 
 
 def _sum_known(raws: list[str]) -> int | None:
@@ -425,7 +430,7 @@ def apply_listing(cards: list[CardFacts], listing: smi.SmiListing) -> list[str]:
         if card is None:
             card = by_index.get(listed.index)
             if card is None or (card.uuid and listed.uuid and card.uuid != listed.uuid):
-                problems.append(f"nvidia-smi -L lists GPU {listed.index} ({listed.uuid}) which the other source does not")
+                problems.append(f"nvidia-smi -L lists GPU {listed.index} ({listed.uuid}), the other source does not")
                 continue
         if not listed.migs:
             continue
@@ -442,8 +447,14 @@ def apply_listing(cards: list[CardFacts], listing: smi.SmiListing) -> list[str]:
     return problems
 
 
-def apply_topology(cards: list[CardFacts], topo: Topology) -> None:
-    """Fill NVLink peers, NIC nearness and NUMA node from ``topo -m`` where the primary source left them unknown."""
+def apply_topology(cards: list[CardFacts], topo: Topology) -> list[str]:
+    """Fill NVLink peers, NIC nearness and NUMA node from ``topo -m`` where the primary source left them unknown.
+
+    Cards match by index. A matrix with a different number of GPUs was taken
+    on another machine (or with a GPU missing): it is not applied at all.
+    """
+    if cards and len(topo.gpus) != len(cards):
+        return [f"nvidia-smi topo -m lists {len(topo.gpus)} GPUs but the GPU source {len(cards)}: topology not used"]
     for card in cards:
         t = topo.gpus.get(card.index)
         if t is None:
@@ -454,6 +465,7 @@ def apply_topology(cards: list[CardFacts], topo: Topology) -> None:
             card.nics = dict(t.nics)
         if card.numa is None:
             card.numa = t.numa
+    return []
 
 
 # ---------------------------------------------------------------------------
@@ -465,9 +477,9 @@ def health(card: CardFacts) -> list[str]:
     problems = list(card.errors)
     if card.retired_pending:
         problems.append("retired pages pending (reset the GPU)")
-    retired = (card.retired_sbe or 0) + (card.retired_dbe or 0)
-    if retired:
-        problems.append(f"{retired} retired pages ({card.retired_sbe or 0} single-bit, {card.retired_dbe or 0} double-bit)")
+    sbe, dbe = card.retired_sbe or 0, card.retired_dbe or 0
+    if sbe + dbe:
+        problems.append(f"{sbe + dbe} retired pages ({sbe} single-bit, {dbe} double-bit)")
     if card.remap_failure:
         problems.append("row remapping failed (the GPU needs service)")
     if card.remap_pending:

@@ -193,12 +193,16 @@ def _text(el: ET.Element | None, path: str) -> str | None:
     return (found.text or "").strip()
 
 
+_FABRIC_XML = (("state", "state"), ("status", "status"), ("cliqueId", "clique_id"), ("clusterUuid", "cluster_uuid"))
+_FABRIC_TEXT = (("State", "state"), ("Status", "status"), ("CliqueId", "clique_id"), ("ClusterUUID", "cluster_uuid"))
+
+
 def _fabric_xml(gpu: ET.Element) -> dict[str, str] | None:
     el = gpu.find("fabric")
     if el is None:
         return None
     out: dict[str, str] = {}
-    for tag, key in (("state", "state"), ("status", "status"), ("cliqueId", "clique_id"), ("clusterUuid", "cluster_uuid")):
+    for tag, key in _FABRIC_XML:
         value = _text(el, tag)
         if value is not None:
             out[key] = value
@@ -397,7 +401,7 @@ def _fabric_text(root: _Node) -> dict[str, str] | None:
     if fab is None:
         return None
     out: dict[str, str] = {}
-    for key, name in (("State", "state"), ("Status", "status"), ("CliqueId", "clique_id"), ("ClusterUUID", "cluster_uuid")):
+    for key, name in _FABRIC_TEXT:
         value = fab.get(key)
         if value is not None:
             out[name] = value
@@ -495,7 +499,9 @@ def _gpu_text(bus_id: str, lines: list[str]) -> SmiGpu:
     sbe, dbe, pending = _retired_text(root)
     remap_pending, remap_failure = _remapped_text(root)
     readings = root.child("GPU Power Readings") or root.child("Power Readings")
-    power = _first_reading([readings.get(k) for k in ("Instant Power Draw", "Power Draw", "Average Power Draw")]) if readings else None
+    power = None
+    if readings is not None:
+        power = _first_reading([readings.get(k) for k in ("Instant Power Draw", "Power Draw", "Average Power Draw")])
     return SmiGpu(
         pci_bus_id=root.get("PCI", "Bus Id") or bus_id,
         name=root.get("Product Name"),

@@ -15,6 +15,7 @@ driver lost, or one query an old driver lacks, costs only that fact.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import uuid as uuidlib
 from collections.abc import Callable
@@ -204,7 +205,8 @@ class PynvmlApi:
     def fabric_info(self, handle: Any) -> FabricInfo:
         # Newest struct first; a driver that knows an older version only answers ARGUMENT_VERSION_MISMATCH,
         # and one from before the V call has only nvmlDeviceGetGpuFabricInfo (no health at all).
-        for struct_name, has_mask, has_summary in (("c_nvmlGpuFabricInfo_v3_t", True, True), ("c_nvmlGpuFabricInfo_v2_t", True, False)):
+        versions = (("c_nvmlGpuFabricInfo_v3_t", True), ("c_nvmlGpuFabricInfo_v2_t", False))
+        for struct_name, has_summary in versions:
             struct = getattr(pynvml, struct_name, None)
             if struct is None:
                 continue
@@ -223,7 +225,7 @@ class PynvmlApi:
                 status=int(info.status),
                 cluster_uuid=bytes(info.clusterUuid),
                 clique_id=int(info.cliqueId),
-                health_mask=int(info.healthMask) if has_mask else None,
+                health_mask=int(info.healthMask),
                 health_summary=int(info.healthSummary) if has_summary else None,
             )
         info = pynvml.c_nvmlGpuFabricInfo_t()
@@ -274,10 +276,9 @@ class PynvmlApi:
         return name
 
     def retired_pages(self, handle: Any) -> tuple[int, int]:
-        sbe = self._call(
-            pynvml.nvmlDeviceGetRetiredPages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
-        )
-        dbe = self._call(pynvml.nvmlDeviceGetRetiredPages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pages = pynvml.nvmlDeviceGetRetiredPages
+        sbe = self._call(pages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        dbe = self._call(pages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         return len(sbe), len(dbe)
 
     def retired_pages_pending(self, handle: Any) -> bool:
@@ -288,11 +289,8 @@ class PynvmlApi:
         return bool(pending), bool(failure)
 
     def ecc_volatile_uncorrected(self, handle: Any) -> int:
-        return int(
-            self._call(
-                pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
-            )
-        )
+        kind, counter = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+        return int(self._call(pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, counter))
 
     def temperature_c(self, handle: Any) -> int:
         return int(self._call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU))
@@ -305,10 +303,8 @@ class PynvmlApi:
 
     def process_pids(self, handle: Any) -> list[int]:
         pids = {int(p.pid) for p in self._call(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)}
-        try:
+        with contextlib.suppress(pynvml.NVMLError_NotSupported):
             pids |= {int(p.pid) for p in self._call(pynvml.nvmlDeviceGetGraphicsRunningProcesses, handle)}
-        except pynvml.NVMLError_NotSupported:
-            pass
         return sorted(pids)
 
     def nvlink_p2p(self, handle: Any, other: Any) -> bool:
@@ -349,10 +345,24 @@ def _bool(raw: str | None) -> bool:
     return value
 
 
+def _lower(raw: str | None) -> str:
+    return (raw or "").strip().lower()
+
+
 def _tristate(raw: str | None) -> int:
     """A health-mask field: 1 true, 2 false, 0 not supported."""
     value = smi.yes_no(raw)
     return 0 if value is None else (1 if value else 2)
+
+
+def _uuid_bytes(raw: str | None) -> bytes:
+    """A UUID string as NVML's 16 bytes; zeros when absent or unreadable (as NVML leaves them)."""
+    if raw is None or smi.is_missing(raw):
+        return bytes(16)
+    try:
+        return uuidlib.UUID(raw.strip()).bytes
+    except ValueError:
+        return bytes(16)
 
 
 @dataclass(frozen=True)
@@ -459,11 +469,7 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         status_raw = (raw.get("status") or "").strip()
         status = _RETURN_CODE.get(status_raw.lower(), pynvml.NVML_ERROR_UNKNOWN)
-        cluster = raw.get("cluster_uuid")
-        try:
-            cluster_bytes = uuidlib.UUID(cluster.strip()).bytes if cluster and not smi.is_missing(cluster) else bytes(16)
-        except ValueError:
-            cluster_bytes = bytes(16)
+        cluster_bytes = _uuid_bytes(raw.get("cluster_uuid"))
         clique = smi.integer(raw.get("clique_id")) or 0
         has_health = any(k in raw for k in ("bandwidth", "route_unhealthy", "summary"))
         mask = None
@@ -474,7 +480,7 @@ class FakeNvml:
                 "route_recovery": _tristate(raw.get("route_recovery_in_progress")),
                 "route_unhealthy": _tristate(raw.get("route_unhealthy")),
                 "access_timeout_recovery": _tristate(raw.get("access_timeout_recovery")),
-                "incorrect_configuration": _INCORRECT_CODE.get((raw.get("incorrect_configuration") or "").strip().lower(), 0),
+                "incorrect_configuration": _INCORRECT_CODE.get(_lower(raw.get("incorrect_configuration")), 0),
                 "partition_assigned": _tristate(raw.get("partition_assigned")),
             }
             mask = sum(value << _MASK[key][0] for key, value in fields.items())
@@ -562,10 +568,8 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if isinstance(handle, _Mig):
             dev = self._mig(handle)
-            gi, ci = smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id)
-            processes = [
-                p for p in processes if smi.integer(p.gpu_instance_id) == gi and smi.integer(p.compute_instance_id) == ci
-            ]
+            mine = (smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id))
+            processes = [p for p in processes if G._instance_of(p) == mine]
         return sorted({pid for p in processes if (pid := smi.integer(p.pid)) is not None})
 
     def nvlink_p2p(self, handle: Any, other: Any) -> bool:
@@ -628,11 +632,15 @@ class _Reader:
                 if smi.GPU_LOST not in self.card.errors:
                     self.card.errors.append(smi.GPU_LOST)
                     self.problems.append(f"gpu {self.card.index}: NVML: GPU is lost")
-            elif code not in (
-                pynvml.NVML_ERROR_NOT_SUPPORTED,
-                pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                pynvml.NVML_ERROR_NOT_FOUND,
-            ) and what:
+            elif (
+                code
+                not in (
+                    pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                    pynvml.NVML_ERROR_NOT_FOUND,
+                )
+                and what
+            ):
                 self.problems.append(f"gpu {self.card.index}: NVML: {what}: {error_text(exc)}")
             return None
 
@@ -724,10 +732,8 @@ def read_cards(api: NvmlApi) -> NvmlReading:
         reading.driver_version = api.driver_version()
     except pynvml.NVMLError as exc:
         problems.append(f"NVML: driver version: {error_text(exc)}")
-    try:
+    with contextlib.suppress(pynvml.NVMLError):
         reading.cuda_version = api.cuda_version()
-    except pynvml.NVMLError:
-        pass
     try:
         count = api.device_count()
     except pynvml.NVMLError as exc:

@@ -18,6 +18,7 @@ everything found wrong, GPU part first, then the node part.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,10 +128,8 @@ def _from_nvml(api: N.NvmlApi, run: Run, section: GpuSection) -> tuple[list[G.Ca
     try:
         reading = N.read_cards(api)
     finally:
-        try:
+        with contextlib.suppress(N.pynvml.NVMLError):
             api.shutdown()
-        except N.pynvml.NVMLError:
-            pass
     section.source = "nvml"
     section.problems.extend(reading.problems)
     section.driver_version, section.cuda_version = reading.driver_version, reading.cuda_version
@@ -209,7 +208,7 @@ def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Ru
         cards, live_topo = got
         topo = topo or live_topo
     if topo is not None:
-        G.apply_topology(cards, topo)
+        section.problems.extend(G.apply_topology(cards, topo))
     if not sources.replaying_gpus or sources.sysfs_root != Path("/sys"):
         _sysfs_numa(cards, sources.sysfs_root)
     section.gpus, problems = G.entries(cards)
