@@ -11,12 +11,13 @@ Each port is one dict. Forms chosen so every source reads the same:
 - ``lid``, ``sm_lid``: ints. Left out for Ethernet (RoCE) ports, where they mean nothing.
 - ``counters``: the numeric files of ``ports/<n>/counters`` as the kernel gives them; note that
   ``port_rcv_data``/``port_xmit_data`` count 4-byte words, not bytes.
-- ``sm_guid`` or ``sm_error`` (InfiniBand only): the subnet manager's GUID, which names the physical
+- ``sm_guid`` or ``sm_error`` (``link_layer`` InfiniBand only): the subnet manager's GUID, which names the physical
   fabric, or the sentence saying why it could not be read.
-- ``network`` (RoCE only): the IPv4 network (CIDR) of the port's netdev, which names the RoCE fabric;
-  ``network_error`` says why it is missing.
+- ``netdev`` and ``network`` (RoCE, ``link_layer`` Ethernet, only): the port's netdev and its IPv4
+  network (CIDR), which names the RoCE fabric; ``network_error`` says why it is missing.
 
-A key that is absent is unknown. No ``/sys/class/infiniband`` means no ports: ``[]``.
+Other RDMA devices in that class (AWS EFA reports ``link_layer`` ``Unspecified``) are listed with
+neither. A key that is absent is unknown. No ``/sys/class/infiniband`` means no ports: ``[]``.
 """
 
 from __future__ import annotations
@@ -304,7 +305,7 @@ def _set_ibstatus_port_field(port: dict, key: str, value: str) -> None:
 
 def _finish(port: dict) -> dict:
     """Drop what means nothing on Ethernet: RoCE ports have no LID and no subnet manager."""
-    if port.get("link_layer", "").lower() == "ethernet":
+    if _layer(port) == "ethernet":
         port.pop("lid", None)
         port.pop("sm_lid", None)
     return port
@@ -404,8 +405,12 @@ def port_netdev(sysfs_root: Path, hca: str, port: int) -> str | None:
 
 def sm_of(port: dict, run: Run, missing_tool: list[str]) -> dict:
     """``{"sm_guid": ...}`` or ``{"sm_error": why}`` for an InfiniBand port."""
-    if port.get("state") != "ACTIVE":
-        return {"sm_error": f"port is {port.get('state', 'in an unknown state')}, so no subnet manager answers"}
+    state = port.get("state")
+    if state == "INIT":
+        # The link trained but nobody assigned it a LID: the classic sign of a fabric without a running SM.
+        return {"sm_error": "port is INIT: the link is up but no subnet manager has made it ACTIVE"}
+    if state != "ACTIVE":
+        return {"sm_error": f"port is {state or 'in an unknown state'}, so no subnet manager answers"}
     if port.get("sm_lid") == 0:
         return {"sm_error": "no subnet manager has configured this port (SM lid 0)"}
     if missing_tool:
@@ -451,14 +456,20 @@ def collect_ib_ports(sources: Sources, run: Run = run_tool) -> tuple[list[dict],
             raise DiscoveryError(f"cannot read ibstat capture {sources.ibstat}: {exc.strerror}") from exc
         ports, problems = parse_ib_text(text)
         for port in ports:
-            if port.get("link_layer", "").lower() != "ethernet":
+            if _layer(port) == "infiniband":
                 port["sm_error"] = "not read: the ports come from a capture"
         return ports, problems
     ports = read_sysfs_ports(sources.sysfs_root)
     missing_tool: list[str] = []
     for port in ports:
-        if port.get("link_layer", "").lower() == "ethernet":
+        if _layer(port) == "ethernet":
             port.update(network_of(port_netdev(sources.sysfs_root, port["hca"], port["port"]), run))
-        else:
+        elif _layer(port) == "infiniband":
             port.update(sm_of(port, run, missing_tool))
+        # Other RDMA devices (AWS EFA says "Unspecified", iWARP) have neither a subnet manager nor a RoCE
+        # network: asking sminfo about them would only fail, once per device.
     return ports, []
+
+
+def _layer(port: dict) -> str:
+    return str(port.get("link_layer", "")).lower()

@@ -301,6 +301,25 @@ def test_down_port_and_port_without_sm_are_not_asked(tmp_path):
     assert tools.calls == []
 
 
+def test_init_port_names_the_missing_subnet_manager(tmp_path):
+    _port(tmp_path, "mlx5_0", 1, state="2: INIT", lid="0xffff")
+    tools = FakeTools()
+    ports, _ = ib.collect_ib_ports(Sources(sysfs_root=tmp_path), tools)
+    assert ports[0]["state"] == "INIT"
+    assert "no subnet manager has made it ACTIVE" in ports[0]["sm_error"]
+    assert tools.calls == []
+
+
+def test_efa_devices_get_neither_sminfo_nor_a_network(tmp_path):
+    for n in range(4):
+        _port(tmp_path, f"rdmap{n}s27", 1, link="Unspecified", rate="100 Gb/sec (4X EDR)", lid="0x0", sm_lid="0x0")
+    tools = FakeTools()
+    ports, problems = ib.collect_ib_ports(Sources(sysfs_root=tmp_path), tools)
+    assert len(ports) == 4 and problems == []
+    assert tools.calls == []
+    assert not any(k in p for p in ports for k in ("sm_guid", "sm_error", "network", "network_error"))
+
+
 def test_sminfo_failure_is_the_sm_error(tmp_path):
     _port(tmp_path, "mlx5_0", 1)
     failure = ToolOutput(error="sminfo exited with status 255: ibwarn: can't open UMAD port", exit_code=255)
