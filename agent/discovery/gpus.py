@@ -337,7 +337,7 @@ def _mig_from_smi(dev: smi.SmiMigDevice, processes: list[smi.SmiProcess] | None)
     gi, ci = smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id)
     count = None
     if processes is not None:
-        count = _count_pids([p for p in processes if _instance_of(p) == (gi, ci)])
+        count = _count_pids([p for p in processes if instance_of(p) == (gi, ci)])
     return MigFacts(
         device=dev.index,
         memory_mib=smi.integer(dev.memory_total),
@@ -351,7 +351,7 @@ def _mig_from_smi(dev: smi.SmiMigDevice, processes: list[smi.SmiProcess] | None)
     )
 
 
-def _instance_of(process: smi.SmiProcess) -> tuple[int | None, int | None]:
+def instance_of(process: smi.SmiProcess) -> tuple[int | None, int | None]:
     """The (GPU instance, compute instance) a process runs in; (None, None) outside MIG."""
     return smi.integer(process.gpu_instance_id), smi.integer(process.compute_instance_id)
 

@@ -569,7 +569,7 @@ class FakeNvml:
         if isinstance(handle, _Mig):
             dev = self._mig(handle)
             mine = (smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id))
-            processes = [p for p in processes if G._instance_of(p) == mine]
+            processes = [p for p in processes if G.instance_of(p) == mine]
         return sorted({pid for p in processes if (pid := smi.integer(p.pid)) is not None})
 
     def nvlink_p2p(self, handle: Any, other: Any) -> bool:
