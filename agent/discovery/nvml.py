@@ -1,0 +1,771 @@
+"""Reading GPUs through NVML, behind a small interface that a capture can stand in for.
+
+:class:`NvmlApi` is the handful of NVML questions discovery asks, in plain
+Python types. Every method may raise ``pynvml.NVMLError`` (a subclass per
+NVML return code); :func:`read_cards` catches that per call, so one card the
+driver lost, or one query an old driver lacks, costs only that fact.
+
+* :class:`PynvmlApi` answers from the real library (nvidia-ml-py).
+* :class:`FakeNvml` answers from a parsed ``nvidia-smi -q -x`` capture, raising
+  what NVML would have: ``N/A`` -> NOT_SUPPORTED, ``GPU is lost`` ->
+  GPU_IS_LOST, a field the capture lacks -> FUNCTION_NOT_FOUND. The NVML path
+  over a FakeNvml must give the same GPU entries as the nvidia-smi path over
+  the same capture; the tests hold it to that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import pynvml
+
+from agent.discovery import gpus as G
+from agent.discovery import nvidia_smi as smi
+
+T = TypeVar("T")
+
+# nvidia-smi's words for NVML return codes, as it prints them in the fabric "Status" line.
+_RETURN_TEXT = {
+    pynvml.NVML_SUCCESS: "Success",
+    pynvml.NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    pynvml.NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    pynvml.NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    pynvml.NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    pynvml.NVML_ERROR_NOT_FOUND: "Not Found",
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    pynvml.NVML_ERROR_TIMEOUT: "Timeout",
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    pynvml.NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    pynvml.NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+    pynvml.NVML_ERROR_IN_USE: "In Use",
+    pynvml.NVML_ERROR_MEMORY: "Insufficient Memory",
+    pynvml.NVML_ERROR_NO_DATA: "No Data",
+    pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES: "Insufficient Resources",
+    pynvml.NVML_ERROR_NOT_READY: "Not Ready",
+    pynvml.NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+_RETURN_CODE = {text.lower(): code for code, text in _RETURN_TEXT.items()}
+
+_STATE_TEXT = {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}
+_STATE_CODE = {text.lower(): code for code, text in _STATE_TEXT.items()}
+_SUMMARY_TEXT = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
+_SUMMARY_CODE = {text.lower(): code for code, text in _SUMMARY_TEXT.items()}
+_INCORRECT_TEXT = {
+    1: "None",
+    2: "Incorrect SysGUID",
+    3: "Incorrect Chassis Serial Number",
+    4: "No Partition",
+    5: "Insufficient NVLinks",
+    6: "Incompatible GPU Firmware",
+    7: "Invalid Location",
+    8: "GPU State Invalid",
+}
+_INCORRECT_CODE = {text.lower(): code for code, text in _INCORRECT_TEXT.items()}
+
+# healthMask fields: (shift, width) from nvml.h; each 2-bit field reads 0 = not supported, 1 = true, 2 = false.
+_MASK = {
+    "degraded_bw": (0, 0x3),
+    "route_recovery": (2, 0x3),
+    "route_unhealthy": (4, 0x3),
+    "access_timeout_recovery": (6, 0x3),
+    "incorrect_configuration": (8, 0xF),
+    "partition_assigned": (12, 0x3),
+    "gfm_state": (14, 0x3),
+}
+
+
+def error_text(exc: BaseException) -> str:
+    """An NVMLError in words, without asking the (possibly absent) library to translate the code."""
+    value = getattr(exc, "value", None)
+    if isinstance(value, int) and value in _RETURN_TEXT:
+        return _RETURN_TEXT[value]
+    return str(exc) or type(exc).__name__
+
+
+def nvml_error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """nvmlGpuFabricInfo(V): None in health_mask/health_summary when the struct version lacks the field."""
+
+    state: int
+    status: int
+    cluster_uuid: bytes
+    clique_id: int
+    health_mask: int | None = None
+    health_summary: int | None = None
+
+
+@dataclass(frozen=True)
+class MigAttributes:
+    """nvmlDeviceGetAttributes of a MIG device; slice counts are None when the source cannot say."""
+
+    sm_count: int | None
+    copy_engines: int | None
+    ofa: int | None
+    jpeg: int | None
+    gi_slices: int | None = None
+    ci_slices: int | None = None
+
+
+class NvmlApi(Protocol):
+    """The NVML questions discovery asks. Every method may raise pynvml.NVMLError."""
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def driver_version(self) -> str: ...
+    def cuda_version(self) -> str: ...
+    def device_count(self) -> int: ...
+    def handle(self, index: int) -> Any: ...
+    def name(self, handle: Any) -> str: ...
+    def uuid(self, handle: Any) -> str: ...
+    def memory_total_mib(self, handle: Any) -> int: ...
+    def pci_bus_id(self, handle: Any) -> str: ...
+    def numa_node(self, handle: Any) -> int: ...
+    def fabric_info(self, handle: Any) -> FabricInfo: ...
+    def mig_mode(self, handle: Any) -> tuple[int, int]: ...
+    def max_mig_devices(self, handle: Any) -> int: ...
+    def mig_handle(self, handle: Any, index: int) -> Any: ...
+    def mig_instance_ids(self, mig: Any) -> tuple[int, int]: ...
+    def mig_attributes(self, mig: Any) -> MigAttributes: ...
+    def mig_profile_name(self, mig: Any) -> str: ...
+    def retired_pages(self, handle: Any) -> tuple[int, int]: ...
+    def retired_pages_pending(self, handle: Any) -> bool: ...
+    def remapped_rows(self, handle: Any) -> tuple[bool, bool]: ...
+    def ecc_volatile_uncorrected(self, handle: Any) -> int: ...
+    def temperature_c(self, handle: Any) -> int: ...
+    def power_mw(self, handle: Any) -> int: ...
+    def utilization_pct(self, handle: Any) -> int: ...
+    def process_pids(self, handle: Any) -> list[int]: ...
+    def nvlink_p2p(self, handle: Any, other: Any) -> bool: ...
+
+
+# ---------------------------------------------------------------------------
+# the real library
+
+
+def _str(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class PynvmlApi:
+    """NvmlApi over nvidia-ml-py. Anything but an NVMLError (a binding too old to know a function,
+    a ctypes mismatch) is turned into FUNCTION_NOT_FOUND so that callers see one exception type."""
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError:
+            raise
+        except Exception:  # missing binding or function in an old nvidia-ml-py / driver
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND) from None
+
+    def init(self) -> None:
+        self._call(pynvml.nvmlInit)
+
+    def shutdown(self) -> None:
+        self._call(pynvml.nvmlShutdown)
+
+    def driver_version(self) -> str:
+        return _str(self._call(pynvml.nvmlSystemGetDriverVersion))
+
+    def cuda_version(self) -> str:
+        v = int(self._call(pynvml.nvmlSystemGetCudaDriverVersion))
+        return f"{v // 1000}.{(v % 1000) // 10}"
+
+    def device_count(self) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetCount))
+
+    def handle(self, index: int) -> Any:
+        return self._call(pynvml.nvmlDeviceGetHandleByIndex, index)
+
+    def name(self, handle: Any) -> str:
+        return _str(self._call(pynvml.nvmlDeviceGetName, handle))
+
+    def uuid(self, handle: Any) -> str:
+        return _str(self._call(pynvml.nvmlDeviceGetUUID, handle))
+
+    def memory_total_mib(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetMemoryInfo, handle).total) // (1024 * 1024)
+
+    def pci_bus_id(self, handle: Any) -> str:
+        return _str(self._call(pynvml.nvmlDeviceGetPciInfo, handle).busId)
+
+    def numa_node(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetNumaNodeId, handle))
+
+    def fabric_info(self, handle: Any) -> FabricInfo:
+        # Newest struct first; a driver that knows an older version only answers ARGUMENT_VERSION_MISMATCH,
+        # and one from before the V call has only nvmlDeviceGetGpuFabricInfo (no health at all).
+        versions = (("c_nvmlGpuFabricInfo_v3_t", True), ("c_nvmlGpuFabricInfo_v2_t", False))
+        for struct_name, has_summary in versions:
+            struct = getattr(pynvml, struct_name, None)
+            if struct is None:
+                continue
+            info = struct()
+            try:
+                self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+            except pynvml.NVMLError as exc:
+                if getattr(exc, "value", None) in (
+                    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+                    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                ):
+                    continue
+                raise
+            return FabricInfo(
+                state=int(info.state),
+                status=int(info.status),
+                cluster_uuid=bytes(info.clusterUuid),
+                clique_id=int(info.cliqueId),
+                health_mask=int(info.healthMask),
+                health_summary=int(info.healthSummary) if has_summary else None,
+            )
+        info = pynvml.c_nvmlGpuFabricInfo_t()
+        self._call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info))
+        return FabricInfo(int(info.state), int(info.status), bytes(info.clusterUuid), int(info.cliqueId))
+
+    def mig_mode(self, handle: Any) -> tuple[int, int]:
+        current, pending = self._call(pynvml.nvmlDeviceGetMigMode, handle)
+        return int(current), int(pending)
+
+    def max_mig_devices(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle))
+
+    def mig_handle(self, handle: Any, index: int) -> Any:
+        return self._call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+
+    def mig_instance_ids(self, mig: Any) -> tuple[int, int]:
+        return (
+            int(self._call(pynvml.nvmlDeviceGetGpuInstanceId, mig)),
+            int(self._call(pynvml.nvmlDeviceGetComputeInstanceId, mig)),
+        )
+
+    def mig_attributes(self, mig: Any) -> MigAttributes:
+        a = self._call(pynvml.nvmlDeviceGetAttributes, mig)
+        return MigAttributes(
+            sm_count=int(a.multiprocessorCount),
+            copy_engines=int(a.sharedCopyEngineCount),
+            ofa=int(a.sharedOfaCount),
+            jpeg=int(a.sharedJpegCount),
+            gi_slices=int(a.gpuInstanceSliceCount),
+            ci_slices=int(a.computeInstanceSliceCount),
+        )
+
+    def mig_profile_name(self, mig: Any) -> str:
+        # GPU-instance profile info carries the name ("MIG 1g.10gb"); reading the instance needs
+        # privileges on some systems (NO_PERMISSION), in which case the caller derives it.
+        parent = self._call(pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle, mig)
+        gi_id = self._call(pynvml.nvmlDeviceGetGpuInstanceId, mig)
+        gi = self._call(pynvml.nvmlDeviceGetGpuInstanceById, parent, gi_id)
+        info = self._call(pynvml.nvmlGpuInstanceGetInfo, gi)
+        profile = self._call(pynvml.nvmlDeviceGetGpuInstanceProfileInfoById, parent, info.profileId)
+        attrs = self.mig_attributes(mig)
+        name = _str(profile.name).removeprefix("MIG ").strip()
+        if not name:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if attrs.ci_slices is not None and attrs.gi_slices is not None and attrs.ci_slices < attrs.gi_slices:
+            name = f"{attrs.ci_slices}c.{name}"
+        return name
+
+    def retired_pages(self, handle: Any) -> tuple[int, int]:
+        pages = pynvml.nvmlDeviceGetRetiredPages
+        sbe = self._call(pages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        dbe = self._call(pages, handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        return len(sbe), len(dbe)
+
+    def retired_pages_pending(self, handle: Any) -> bool:
+        return bool(self._call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle))
+
+    def remapped_rows(self, handle: Any) -> tuple[bool, bool]:
+        _corr, _unc, pending, failure = self._call(pynvml.nvmlDeviceGetRemappedRows, handle)
+        return bool(pending), bool(failure)
+
+    def ecc_volatile_uncorrected(self, handle: Any) -> int:
+        kind, counter = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+        return int(self._call(pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, counter))
+
+    def temperature_c(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU))
+
+    def power_mw(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetPowerUsage, handle))
+
+    def utilization_pct(self, handle: Any) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
+
+    def process_pids(self, handle: Any) -> list[int]:
+        pids = {int(p.pid) for p in self._call(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)}
+        with contextlib.suppress(pynvml.NVMLError_NotSupported):
+            pids |= {int(p.pid) for p in self._call(pynvml.nvmlDeviceGetGraphicsRunningProcesses, handle)}
+        return sorted(pids)
+
+    def nvlink_p2p(self, handle: Any, other: Any) -> bool:
+        status = self._call(pynvml.nvmlDeviceGetP2PStatus, handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+        return int(status) == pynvml.NVML_P2P_STATUS_OK
+
+
+# ---------------------------------------------------------------------------
+# the fake, fed from a capture
+
+
+def _raise_for(raw: str | None) -> None:
+    """Raise what NVML would have for a raw nvidia-smi value that is not a value."""
+    if raw is None:
+        raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    if smi.is_lost(raw):
+        raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+    if smi.is_missing(raw):
+        text = raw.strip().strip("[]").strip().lower()
+        if text in ("n/a", "", "none", "not supported"):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raise nvml_error(_RETURN_CODE.get(text, pynvml.NVML_ERROR_UNKNOWN))
+
+
+def _int(raw: str | None) -> int:
+    _raise_for(raw)
+    value = smi.integer(raw)
+    if value is None:
+        raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    return value
+
+
+def _bool(raw: str | None) -> bool:
+    _raise_for(raw)
+    value = smi.yes_no(raw)
+    if value is None:
+        raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    return value
+
+
+def _lower(raw: str | None) -> str:
+    return (raw or "").strip().lower()
+
+
+def _tristate(raw: str | None) -> int:
+    """A health-mask field: 1 true, 2 false, 0 not supported."""
+    value = smi.yes_no(raw)
+    return 0 if value is None else (1 if value else 2)
+
+
+def _uuid_bytes(raw: str | None) -> bytes:
+    """A UUID string as NVML's 16 bytes; zeros when absent or unreadable (as NVML leaves them)."""
+    if raw is None or smi.is_missing(raw):
+        return bytes(16)
+    try:
+        return uuidlib.UUID(raw.strip()).bytes
+    except ValueError:
+        return bytes(16)
+
+
+@dataclass(frozen=True)
+class _Card:
+    index: int
+
+
+@dataclass(frozen=True)
+class _Mig:
+    card: int
+    device: int
+
+
+class FakeNvml:
+    """NvmlApi answering from a parsed ``nvidia-smi -q -x`` (and optionally ``-L``) capture."""
+
+    def __init__(self, log: smi.SmiLog, listing: smi.SmiListing | None = None) -> None:
+        self.log = log
+        self.listing = listing
+        self.initialised = False
+
+    # -- system
+    def init(self) -> None:
+        self.initialised = True
+
+    def shutdown(self) -> None:
+        self.initialised = False
+
+    def driver_version(self) -> str:
+        _raise_for(self.log.driver_version)
+        return str(self.log.driver_version)
+
+    def cuda_version(self) -> str:
+        _raise_for(self.log.cuda_version)
+        return str(self.log.cuda_version)
+
+    def device_count(self) -> int:
+        return len(self.log.gpus)
+
+    def handle(self, index: int) -> Any:
+        if not 0 <= index < len(self.log.gpus):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return _Card(index)
+
+    # -- helpers
+    def _gpu(self, handle: Any) -> smi.SmiGpu:
+        if isinstance(handle, _Mig):
+            return self.log.gpus[handle.card]
+        return self.log.gpus[handle.index]
+
+    def _mig(self, mig: _Mig) -> smi.SmiMigDevice:
+        devices = self.log.gpus[mig.card].mig_devices or []
+        found = next((d for d in devices if d.index == mig.device), None)
+        if found is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return found
+
+    def _listed_mig(self, mig: _Mig) -> smi.ListedMig:
+        gpu = self.log.gpus[mig.card]
+        for listed in self.listing.gpus if self.listing else []:
+            if listed.uuid == gpu.uuid or (listed.uuid is None and listed.index == mig.card):
+                found = next((m for m in listed.migs if m.device == mig.device), None)
+                if found is not None:
+                    return found
+        raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    # -- identity
+    def name(self, handle: Any) -> str:
+        raw = self._gpu(handle).name
+        _raise_for(raw)
+        return str(raw)
+
+    def uuid(self, handle: Any) -> str:
+        if isinstance(handle, _Mig):
+            return self._listed_mig(handle).uuid
+        raw = self._gpu(handle).uuid
+        _raise_for(raw)
+        return str(raw)
+
+    def memory_total_mib(self, handle: Any) -> int:
+        if isinstance(handle, _Mig):
+            return _int(self._mig(handle).memory_total)
+        return _int(self._gpu(handle).memory_total)
+
+    def pci_bus_id(self, handle: Any) -> str:
+        raw = self._gpu(handle).pci_bus_id
+        _raise_for(raw)
+        return str(raw)
+
+    def numa_node(self, handle: Any) -> int:
+        raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)  # -q -x does not carry it
+
+    # -- fabric
+    def fabric_info(self, handle: Any) -> FabricInfo:
+        raw = self._gpu(handle).fabric
+        if raw is None:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        state_raw = raw.get("state")
+        _raise_for(state_raw)
+        state = _STATE_CODE.get(str(state_raw).strip().lower())
+        if state is None:
+            raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+        if state == 0:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        status_raw = (raw.get("status") or "").strip()
+        status = _RETURN_CODE.get(status_raw.lower(), pynvml.NVML_ERROR_UNKNOWN)
+        cluster_bytes = _uuid_bytes(raw.get("cluster_uuid"))
+        clique = smi.integer(raw.get("clique_id")) or 0
+        has_health = any(k in raw for k in ("bandwidth", "route_unhealthy", "summary"))
+        mask = None
+        if has_health:
+            bandwidth = (raw.get("bandwidth") or "").strip().lower()
+            fields = {
+                "degraded_bw": {"degraded": 1, "full": 2}.get(bandwidth, 0),
+                "route_recovery": _tristate(raw.get("route_recovery_in_progress")),
+                "route_unhealthy": _tristate(raw.get("route_unhealthy")),
+                "access_timeout_recovery": _tristate(raw.get("access_timeout_recovery")),
+                "incorrect_configuration": _INCORRECT_CODE.get(_lower(raw.get("incorrect_configuration")), 0),
+                "partition_assigned": _tristate(raw.get("partition_assigned")),
+            }
+            mask = sum(value << _MASK[key][0] for key, value in fields.items())
+        summary = None
+        if "summary" in raw:
+            summary = _SUMMARY_CODE.get(raw["summary"].strip().lower(), 0)
+        return FabricInfo(state, status, cluster_bytes, clique, mask, summary)
+
+    # -- MIG
+    def mig_mode(self, handle: Any) -> tuple[int, int]:
+        gpu = self._gpu(handle)
+        current = _bool(gpu.mig_current)
+        pending = _bool(gpu.mig_pending) if gpu.mig_pending is not None else current
+        return int(current), int(pending)
+
+    def max_mig_devices(self, handle: Any) -> int:
+        devices = self._gpu(handle).mig_devices
+        if devices is None:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return max((d.index + 1 for d in devices), default=7)
+
+    def mig_handle(self, handle: Any, index: int) -> Any:
+        mig = _Mig(handle.index, index)
+        self._mig(mig)
+        return mig
+
+    def mig_instance_ids(self, mig: Any) -> tuple[int, int]:
+        dev = self._mig(mig)
+        return _int(dev.gpu_instance_id), _int(dev.compute_instance_id)
+
+    def mig_attributes(self, mig: Any) -> MigAttributes:
+        dev = self._mig(mig)
+        return MigAttributes(
+            sm_count=smi.integer(dev.sm_count),
+            copy_engines=smi.integer(dev.copy_engines),
+            ofa=smi.integer(dev.ofa),
+            jpeg=smi.integer(dev.jpeg),
+        )
+
+    def mig_profile_name(self, mig: Any) -> str:
+        return self._listed_mig(mig).profile
+
+    # -- health
+    def retired_pages(self, handle: Any) -> tuple[int, int]:
+        gpu = self._gpu(handle)
+        return _int(gpu.retired_sbe), _int(gpu.retired_dbe)
+
+    def retired_pages_pending(self, handle: Any) -> bool:
+        return _bool(self._gpu(handle).retired_pending)
+
+    def remapped_rows(self, handle: Any) -> tuple[bool, bool]:
+        gpu = self._gpu(handle)
+        return _bool(gpu.remap_pending), _bool(gpu.remap_failure)
+
+    def ecc_volatile_uncorrected(self, handle: Any) -> int:
+        if isinstance(handle, _Mig):
+            return _int(self._mig(handle).ecc_uncorrectable)
+        raws = self._gpu(handle).ecc_volatile_uncorrectable
+        if not raws:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        values = [smi.integer(r) for r in raws]
+        if all(v is None for v in values):
+            _raise_for(next((r for r in raws if smi.is_lost(r)), raws[0]))
+            raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+        return sum(v for v in values if v is not None)
+
+    # -- live readings
+    def temperature_c(self, handle: Any) -> int:
+        return _int(self._gpu(handle).temperature)
+
+    def power_mw(self, handle: Any) -> int:
+        raw = self._gpu(handle).power_draw
+        _raise_for(raw)
+        watts = smi.number(raw)
+        if watts is None:
+            raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+        return round(watts * 1000)
+
+    def utilization_pct(self, handle: Any) -> int:
+        return _int(self._gpu(handle).gpu_util)
+
+    def process_pids(self, handle: Any) -> list[int]:
+        processes = self._gpu(handle).processes
+        if processes is None:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if isinstance(handle, _Mig):
+            dev = self._mig(handle)
+            mine = (smi.integer(dev.gpu_instance_id), smi.integer(dev.compute_instance_id))
+            processes = [p for p in processes if G.instance_of(p) == mine]
+        return sorted({pid for p in processes if (pid := smi.integer(p.pid)) is not None})
+
+    def nvlink_p2p(self, handle: Any, other: Any) -> bool:
+        raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # -q -x says nothing about NVLink peers
+
+
+# ---------------------------------------------------------------------------
+# reading cards
+
+
+def fabric_from_nvml(info: FabricInfo) -> G.FabricFacts:
+    """Fabric facts from NVML's struct, in the same words nvidia-smi uses."""
+    facts = G.FabricFacts(state=_STATE_TEXT.get(info.state, f"state {info.state}"))
+    if info.state == 3:
+        facts.status = _RETURN_TEXT.get(info.status, f"NVML error {info.status}")
+        facts.clique_id = info.clique_id
+        facts.cluster_uuid = str(uuidlib.UUID(bytes=bytes(info.cluster_uuid[:16]).ljust(16, b"\0")))
+    if info.health_summary is not None:
+        facts.summary = _SUMMARY_TEXT.get(info.health_summary)
+    if info.health_mask is not None:
+        mask = info.health_mask
+
+        def get(key: str) -> int:
+            shift, width = _MASK[key]
+            return (mask >> shift) & width
+
+        def tri(key: str) -> bool | None:
+            return {1: True, 2: False}.get(get(key))
+
+        facts.bandwidth = {1: "Degraded", 2: "Full"}.get(get("degraded_bw"))
+        facts.route_recovery = tri("route_recovery")
+        facts.route_unhealthy = tri("route_unhealthy")
+        facts.access_timeout_recovery = tri("access_timeout_recovery")
+        facts.incorrect_configuration = _INCORRECT_TEXT.get(get("incorrect_configuration"))
+        facts.partition_assigned = tri("partition_assigned")
+        facts.fabric_manager_connected = {1: True, 2: False}.get(get("gfm_state"))
+    return facts
+
+
+class _Reader:
+    """Reads one card, turning each failed call into an unknown value and, where it matters, a problem."""
+
+    def __init__(self, api: NvmlApi, card: G.CardFacts, problems: list[str]) -> None:
+        self.api, self.card, self.problems = api, card, problems
+        self.last_code: int | None = None  # NVML return code of the last failed call, None after a success
+
+    @property
+    def not_supported(self) -> bool:
+        """Whether the last call failed because the card does not support it (a fact, not an unknown)."""
+        return self.last_code == pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    def __call__(self, fn: Callable[..., T], *args: Any, what: str = "") -> T | None:
+        self.last_code = None
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            self.last_code = code
+            if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                if smi.GPU_LOST not in self.card.errors:
+                    self.card.errors.append(smi.GPU_LOST)
+                    self.problems.append(f"gpu {self.card.index}: NVML: GPU is lost")
+            elif (
+                code
+                not in (
+                    pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                    pynvml.NVML_ERROR_NOT_FOUND,
+                )
+                and what
+            ):
+                self.problems.append(f"gpu {self.card.index}: NVML: {what}: {error_text(exc)}")
+            return None
+
+
+def _read_card(api: NvmlApi, index: int, problems: list[str]) -> tuple[G.CardFacts, Any]:
+    card = G.CardFacts(index=index)
+    read = _Reader(api, card, problems)
+    h = read(api.handle, index, what="handle")
+    if h is None:
+        return card, None
+    card.name = read(api.name, h, what="name")
+    card.uuid = read(api.uuid, h, what="uuid")
+    card.pci_bus = smi.normalize_bus_id(read(api.pci_bus_id, h, what="PCI bus id"))
+    card.memory_mib = read(api.memory_total_mib, h, what="memory")
+    numa = read(api.numa_node, h)
+    card.numa = numa if numa is not None and numa >= 0 else None
+
+    info = read(api.fabric_info, h, what="fabric")
+    if info is not None:
+        card.fabric = fabric_from_nvml(info)
+    elif read.not_supported:
+        card.fabric = G.FabricFacts(state="Not Supported")
+
+    mode = read(api.mig_mode, h, what="MIG mode")
+    if mode is not None:
+        card.mig_mode = G.mig_mode_name(bool(mode[0]), bool(mode[1]))
+    elif read.not_supported:
+        card.mig_mode = "not supported"
+    if card.mig_mode is not None and card.mig_mode.startswith("enabled"):
+        card.migs = _read_migs(api, h, read)
+
+    retired = read(api.retired_pages, h, what="retired pages")
+    if retired is not None:
+        card.retired_sbe, card.retired_dbe = retired
+    card.retired_pending = read(api.retired_pages_pending, h, what="retired pages pending")
+    remap = read(api.remapped_rows, h, what="remapped rows")
+    if remap is not None:
+        card.remap_pending, card.remap_failure = remap
+    card.ecc_volatile_uncorrectable = read(api.ecc_volatile_uncorrected, h, what="ECC")
+    card.temperature_c = read(api.temperature_c, h)
+    power = read(api.power_mw, h)
+    card.power_w = None if power is None else round(power / 1000, 2)
+    card.utilization_pct = read(api.utilization_pct, h)
+    pids = read(api.process_pids, h)
+    card.processes = None if pids is None else len(set(pids))
+    return card, h
+
+
+def _read_migs(api: NvmlApi, h: Any, read: _Reader) -> list[G.MigFacts] | None:
+    count = read(api.max_mig_devices, h, what="MIG devices")
+    if count is None:
+        return None
+    migs = []
+    for device in range(count):
+        m = read(api.mig_handle, h, device)  # NOT_FOUND: no instance at this index
+        if m is None:
+            continue
+        mig = G.MigFacts(device=device)
+        mig.mig_uuid = read(api.uuid, m)
+        mig.profile = read(api.mig_profile_name, m)
+        mig.memory_mib = read(api.memory_total_mib, m, what=f"mig{device} memory")
+        ids = read(api.mig_instance_ids, m)
+        if ids is not None:
+            mig.gpu_instance_id, mig.compute_instance_id = ids
+        attrs = read(api.mig_attributes, m)
+        if attrs is not None:
+            mig.sm_count, mig.copy_engines, mig.ofa = attrs.sm_count, attrs.copy_engines, attrs.ofa
+            mig.gi_slices, mig.ci_slices = attrs.gi_slices, attrs.ci_slices
+        pids = read(api.process_pids, m)
+        mig.processes = None if pids is None else len(set(pids))
+        mig.ecc_uncorrectable = read(api.ecc_volatile_uncorrected, m)
+        migs.append(mig)
+    return migs
+
+
+@dataclass
+class NvmlReading:
+    cards: list[G.CardFacts]
+    problems: list[str]
+    driver_version: str | None = None
+    cuda_version: str | None = None
+
+
+def read_cards(api: NvmlApi) -> NvmlReading:
+    """Read every card through an initialised NvmlApi. Never raises NVMLError: failures become problems."""
+    problems: list[str] = []
+    reading = NvmlReading(cards=[], problems=problems)
+    try:
+        reading.driver_version = api.driver_version()
+    except pynvml.NVMLError as exc:
+        problems.append(f"NVML: driver version: {error_text(exc)}")
+    with contextlib.suppress(pynvml.NVMLError):
+        reading.cuda_version = api.cuda_version()
+    try:
+        count = api.device_count()
+    except pynvml.NVMLError as exc:
+        problems.append(f"NVML: device count: {error_text(exc)}")
+        return reading
+    handles: list[tuple[G.CardFacts, Any]] = [_read_card(api, i, problems) for i in range(count)]
+    reading.cards = [c for c, _ in handles]
+    _nvlink_peers(api, handles)
+    return reading
+
+
+def _nvlink_peers(api: NvmlApi, handles: list[tuple[G.CardFacts, Any]]) -> None:
+    """NVLink peers from NVML's P2P status; unknown for a card when any other card cannot be asked.
+
+    P2P status is the NVML answer that holds on NVSwitch systems too, where a
+    link's remote end is the switch rather than the peer card. A lone card has
+    no peers, which is known without asking.
+    """
+    for card, h in handles:
+        if h is None or card.errors:
+            continue
+        peers: list[int] | None = []
+        for other, oh in handles:
+            if other is card:
+                continue
+            if oh is None or other.errors:
+                peers = None
+                break
+            try:
+                if api.nvlink_p2p(h, oh):
+                    peers.append(other.index)
+            except pynvml.NVMLError:
+                peers = None
+                break
+        card.nvlink_peers = peers
