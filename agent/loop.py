@@ -18,6 +18,7 @@ discovery, the simulator gives it captures with faults applied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -164,7 +165,5 @@ class AgentLoop:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             delay = await self.turn()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-            except TimeoutError:
-                pass

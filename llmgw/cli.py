@@ -20,6 +20,7 @@ OWN_COMMANDS = {
     "serve": "llmgw.serve",
     "discover": "agent.discover_cmd",
     "agent": "agent.agent_cmd",
+    "simulate": "agent.simulate_cmd",
 }
 
 

@@ -1,0 +1,222 @@
+"""Running a simulated fleet: one AgentLoop per node, all in one event loop.
+
+One HTTP connection pool serves every simulated node, bounded so that two
+thousand agents do not open two thousand sockets at once. Start-up is
+staggered across the heartbeat interval, as a real fleet's restarts are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpx
+
+from agent import protocol
+from agent.client import ControlPlane
+from agent.loop import AgentLoop, Identity
+from agent.simulator import fleet as F
+
+
+@dataclass
+class Running:
+    node: F.SimNode
+    loop: AgentLoop
+    stop: asyncio.Event
+    task: asyncio.Task | None = None
+
+
+class Simulation:
+    """A simulated fleet talking to one control plane."""
+
+    def __init__(self, server: str, join_token: str, nodes: Iterable[F.SimNode], *,
+                 heartbeat_interval_s: float | None = None, report_interval_s: float | None = None,
+                 max_connections: int = 64, stagger_s: float | None = None, seed: int = 0) -> None:
+        self.server = server
+        self.join_token = join_token
+        self.nodes = {n.name: n for n in nodes}
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.report_interval_s = report_interval_s
+        self.stagger_s = stagger_s
+        self.rng = random.Random(seed)
+        self.client = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=max_connections,
+                                                                        max_keepalive_connections=max_connections))
+        self.running: dict[str, Running] = {}
+        self.credentials: dict[str, str] = {}
+        self.timers: set[asyncio.Task] = set()
+
+    # --- life of the fleet ---
+
+    def _loop_for(self, node: F.SimNode) -> AgentLoop:
+        plane = ControlPlane(self.server, self.client)
+
+        async def report() -> dict:
+            return node.report()
+
+        async def heartbeat() -> dict:
+            return {"load": {"cpu_percent": round(self.rng.uniform(1, 40), 1), "load1": 1.0}, "shards": []}
+
+        def registered(registration) -> None:
+            self.credentials[node.name] = registration.credential
+
+        loop = AgentLoop(plane, Identity(node.name, F._uuid("machine", node.name), self.credentials.get(node.name)),
+                         self.join_token, report, heartbeat, on_registered=registered, rng=self.rng)
+        if self.heartbeat_interval_s is not None:
+            loop.heartbeat_interval_s = self.heartbeat_interval_s
+        if self.report_interval_s is not None:
+            loop.report_interval_s = self.report_interval_s
+        return loop
+
+    async def _run_node(self, running: Running, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(running.stop.wait(), timeout=delay)
+        if not running.stop.is_set():
+            await running.loop.run(running.stop)
+
+    def _start(self, node: F.SimNode, delay: float) -> None:
+        node.alive = True
+        running = Running(node, self._loop_for(node), asyncio.Event())
+        running.task = asyncio.create_task(self._run_node(running, delay), name=f"sim:{node.name}")
+        self.running[node.name] = running
+
+    async def start(self) -> None:
+        spread = self.stagger_s
+        if spread is None:
+            spread = min(self.heartbeat_interval_s or protocol.HEARTBEAT_INTERVAL_S, len(self.nodes) * 0.005)
+        for node in self.nodes.values():
+            self._start(node, self.rng.uniform(0, spread))
+
+    async def wait_registered(self, timeout: float = 60.0) -> None:
+        async def all_in() -> None:
+            while len(self.credentials) < len(self.nodes):
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(all_in(), timeout)
+
+    async def stop(self) -> None:
+        for task in self.timers:
+            task.cancel()
+        for running in self.running.values():
+            running.stop.set()
+        tasks = [r.task for r in self.running.values() if r.task]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()
+        await self.client.aclose()
+
+    # --- faults ---
+
+    def node(self, name: str) -> F.SimNode:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise F.FaultError(f"no simulated node named {name!r}") from None
+
+    def rack(self, rack: str) -> list[F.SimNode]:
+        trays = [n for n in self.nodes.values() if n.rack == rack]
+        if not trays:
+            raise F.FaultError(f"no simulated rack named {rack!r}")
+        return trays
+
+    def _changed(self, *nodes: F.SimNode) -> None:
+        for node in nodes:
+            running = self.running.get(node.name)
+            if running:
+                running.loop.request_report()
+                running.stop.set()  # wake it now; restarted at once below
+                self._restart_soon(running)
+
+    def _restart_soon(self, running: Running) -> None:
+        async def again() -> None:
+            if running.task:
+                await running.task
+            if running.node.alive and self.running.get(running.node.name) is running:
+                running.stop = asyncio.Event()
+                running.task = asyncio.create_task(running.loop.run(running.stop), name=f"sim:{running.node.name}")
+
+        self._timer(again())
+
+    def _timer(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self.timers.add(task)
+        task.add_done_callback(self.timers.discard)
+
+    def kill(self, name: str) -> None:
+        """The node dies: no more heartbeats until revive()."""
+        node = self.node(name)
+        node.alive = False
+        running = self.running.pop(name, None)
+        if running:
+            running.stop.set()
+
+    def revive(self, name: str) -> None:
+        node = self.node(name)
+        if name not in self.running:
+            self._start(node, 0.0)
+
+    def tray_leave(self, name: str) -> None:
+        node = self.node(name)
+        F.tray_leave(node)
+        self._changed(node)
+
+    def tray_rejoin(self, name: str) -> None:
+        node = self.node(name)
+        F.tray_rejoin(node)
+        self._changed(node)
+
+    def fm_restart(self, rack: str, seconds: float = 10.0) -> None:
+        """A fabric manager restart: every card of the rack leaves, then rejoins after ``seconds``."""
+        trays = self.rack(rack)
+        for tray in trays:
+            F.tray_leave(tray)
+        self._changed(*trays)
+
+        async def rejoin() -> None:
+            await asyncio.sleep(seconds)
+            for tray in trays:
+                F.tray_rejoin(tray)
+            self._changed(*trays)
+
+        self._timer(rejoin())
+
+    def imex_down(self, name: str) -> None:
+        node = self.node(name)
+        F.imex_down(node)
+        self._changed(node)
+
+    def imex_up(self, name: str) -> None:
+        node = self.node(name)
+        F.imex_up(node)
+        self._changed(node)
+
+    def degrade(self, name: str, gpu: int = 0) -> None:
+        node = self.node(name)
+        F.degrade(node, gpu)
+        self._changed(node)
+
+    def gpu_lost(self, name: str, gpu: int = 0) -> None:
+        node = self.node(name)
+        F.gpu_lost(node, gpu)
+        self._changed(node)
+
+    def apply(self, command: str) -> str:
+        """A fault written as text: ``tray-leave NODE``, ``fm-restart RACK [SECONDS]``, ``gpu-lost NODE GPU``…"""
+        words = command.split()
+        if not words:
+            return ""
+        verb, args = words[0].replace("_", "-"), words[1:]
+        actions = {
+            "kill": (self.kill, 1), "revive": (self.revive, 1), "tray-leave": (self.tray_leave, 1),
+            "tray-rejoin": (self.tray_rejoin, 1), "imex-down": (self.imex_down, 1), "imex-up": (self.imex_up, 1),
+            "fm-restart": (self.fm_restart, 2), "degrade": (self.degrade, 2), "gpu-lost": (self.gpu_lost, 2),
+        }
+        if verb not in actions:
+            raise F.FaultError(f"unknown fault {verb!r}; one of {', '.join(sorted(actions))}")
+        action, most = actions[verb]
+        if not 1 <= len(args) <= most:
+            raise F.FaultError(f"{verb} takes {'a target' if most == 1 else 'a target and a number'}")
+        converted = [args[0], *(float(a) if verb == "fm-restart" else int(a) for a in args[1:])]
+        action(*converted)
+        return f"{verb} {' '.join(args)}: done"
