@@ -216,7 +216,10 @@ def _problems(fabric_map: FabricMap, adapters: list[dict], links: list[dict], co
 def _link_words(link: dict, fabric_map: FabricMap) -> str:
     def end(guid: str, port: int) -> str:
         node = fabric_map.node(guid)
-        name = switch_label(node.description, guid) if node else guid
+        if node is None:
+            name = guid
+        else:
+            name = switch_label(node.description, guid) if node.kind == "switch" else node.description or guid
         return f"{name} port {port}"
 
     return f"{end(link['a'], link['a_port'])} – {end(link['b'], link['b_port'])} at {link['width']}{link['speed']}"
