@@ -312,9 +312,8 @@ def analyze(
     """
     now = _aware(now or datetime.now(UTC))
     derived = [_derive(p) for p in ports]
-    problems: list[Problem] = []
-    problems += _port_problems(derived)
     groups = _group(derived)
+    problems: list[Problem] = _port_problems(derived, set(groups))
     physical = [_physical(key, members) for key, members in groups.items()]
     _label(physical)
     by_key = {p.key: p for p in physical}
@@ -366,10 +365,13 @@ def _who(p: _Port) -> str:
     return str(p.ref)
 
 
-def _port_problems(ports: list[_Port]) -> list[Problem]:
+def _port_problems(ports: list[_Port], live_keys: set[str]) -> list[Problem]:
     out = []
     for p in ports:
-        base = {"fabric": p.declared, "physical": p.key, "node": p.ref.node, "hca": p.ref.hca, "port": p.ref.port}
+        # A down port may still name the SM it last saw; it belongs to that
+        # fabric's page only if the fabric is there now.
+        physical = p.key if p.key in live_keys else None
+        base = {"fabric": p.declared, "physical": physical, "node": p.ref.node, "hca": p.ref.hca, "port": p.ref.port}
         if not p.live:
             out.append(Problem("port_down", _down_message(p), **base))
         elif p.key is None:
@@ -487,7 +489,7 @@ def _split_names(ports: list[_Port], by_key: dict[str, PhysicalFabric]) -> list[
             continue
         # Most nodes first; between equals, the fabric carrying fewer other names.
         rank = {k: (len(nodes), -sum(1 for d in by_key[k].declared if d != name)) for k, nodes in by_phys.items()}
-        ranked = sorted(by_phys, key=lambda k: (rank[k], k), reverse=True)
+        ranked = sorted(sorted(by_phys), key=lambda k: rank[k], reverse=True)
         if rank[ranked[0]] == rank[ranked[1]]:
             out.append(_split_name_undecided(name, ranked, by_phys, by_key))
         else:
@@ -548,7 +550,7 @@ def _merged_names(ph: PhysicalFabric, members: list[_Port], ports: list[_Port]) 
     def rank(name: str) -> tuple[int, float]:
         return len(names[name]), len(names[name]) / len(everywhere[name])
 
-    ranked = sorted(names, key=lambda n: (rank(n), n), reverse=True)
+    ranked = sorted(sorted(names), key=rank, reverse=True)  # equals in name order
     where = describe_key(ph.key, ph.sm_lid)
     listing = _and_list([f"'{n}' ({_count_nodes(names[n])})" for n in ranked])
     count = _count_word(len(ranked))
