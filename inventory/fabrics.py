@@ -246,8 +246,12 @@ class FabricReport:
         return None if node in self.node_reasons else next(iter(self.node_fabrics.get(node, [])), None)
 
     def why_no_fabric(self, node: str) -> str | None:
-        """Why ``fabric_of(node)`` is None, as a sentence; None when it is not."""
-        return self.node_reasons.get(node, None if self.node_fabrics.get(node) else f"{node} reported no ports")
+        """Why ``fabric_of(node)`` is None, as a clause placement can put in its refusal; None when it is not None."""
+        if node in self.node_reasons:
+            return self.node_reasons[node]
+        if not self.node_fabrics.get(node):
+            return f"{node} reported no InfiniBand or RoCE port"
+        return None
 
     def fabric(self, key: str) -> PhysicalFabric | None:
         return next((p for p in self.physical if p.key == key or p.id == key), None)

@@ -258,7 +258,8 @@ class _Builder:
         if a == b:
             self.map.warnings.append(f"Port {a[1]} of {a[0]} is listed as cabled to itself; that line is ignored.")
             return
-        a, b = sorted((a, b))
+        if b < a:
+            a, b = b, a
         known_a, known_b = self.peer.get(a), self.peer.get(b)
         if known_a == b:
             return  # the same cable, seen from its other end
@@ -320,13 +321,13 @@ class _DefaultReader:
     def line(self, s: str, number: int) -> None:
         if not s:
             return
-        if s.startswith("#"):
+        first = s[0]
+        if first == "[":  # most lines: test for them first
+            self.port(s, number)
+        elif first == "#":
             m = _ORIGIN.match(s)
             if m and self.b.map.origin_guid is None:
                 self.b.map.origin_guid = normalize_guid(m.group(1))
-            return
-        if s.startswith("["):
-            self.port(s, number)
         elif m := _KEY_VALUE.fullmatch(s):
             self.settings[m.group(1)] = (m.group(2), m.group(3))
         elif m := _HEADER.fullmatch(s):

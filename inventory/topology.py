@@ -41,8 +41,9 @@ def build_view(fabric_map: FabricMap, hosts: Mapping[str, Sequence[str]] | None 
     aggregation = _aggregation_nodes(fabric_map)
     by_node = _links_by_node(fabric_map.links)
     roles = {g: _role(g, fabric_map, by_node, aggregation) for g in fabric_map.switches}
-    common = _common_gbps(fabric_map.links)
-    links = [_link_view(link, fabric_map, common) for link in fabric_map.links]
+    rates = [link.gbps for link in fabric_map.links]
+    common = _common_gbps(rates)
+    links = [_link_view(link, rate, fabric_map, common) for link, rate in zip(fabric_map.links, rates, strict=True)]
     adapters = [_adapter_view(ca, by_node, fabric_map, aggregation, ours) for ca in fabric_map.cas.values()]
     switches = [_switch_view(sw, roles[g], by_node, fabric_map, aggregation) for g, sw in fabric_map.switches.items()]
     switches.sort(key=lambda s: (_ROLE_ORDER[s["role"]], s["label"], s["guid"]))
@@ -109,9 +110,9 @@ def _role(guid: str, fabric_map: FabricMap, by_node: dict, aggregation: set[str]
     return "other"
 
 
-def _common_gbps(links: list[Link]) -> float | None:
+def _common_gbps(rates: list[float | None]) -> float | None:
     """The most common link rate of the fabric (the highest of equals); None when no link has a known rate."""
-    counts = Counter(g for link in links if (g := link.gbps) is not None)
+    counts = Counter(g for g in rates if g is not None)
     if not counts:
         return None
     return max(counts, key=lambda g: (counts[g], g))
@@ -161,8 +162,7 @@ def _adapter_view(
     }
 
 
-def _link_view(link: Link, fabric_map: FabricMap, common: float | None) -> dict[str, Any]:
-    gbps = link.gbps
+def _link_view(link: Link, gbps: float | None, fabric_map: FabricMap, common: float | None) -> dict[str, Any]:
     both_switches = link.a_guid in fabric_map.switches and link.b_guid in fabric_map.switches
     return {
         "a": link.a_guid,

@@ -103,7 +103,7 @@ def test_placement_sees_the_physical_truth() -> None:
     assert report.fabric_of("south-01") == f"sm:{SOUTH_SM}"
     assert report.why_no_fabric("south-01") is None
     assert report.fabric_of("nobody") is None
-    assert report.why_no_fabric("nobody") == "nobody reported no ports"
+    assert report.why_no_fabric("nobody") == "nobody reported no InfiniBand or RoCE port"
 
 
 def test_a_node_mislabelled_on_one_side_and_alone_on_the_other() -> None:
