@@ -1,0 +1,843 @@
+"""Which physical fabric each InfiniBand or RoCE port is on, against the names the nodes gave them.
+
+A multi-node replica must never span two InfiniBand fabrics, and the name an
+operator typed into a node's agent configuration is only a claim. The
+physical fabric of an InfiniBand port is its master subnet manager (the SM
+GUID, read through the SM LID the port reports); of a RoCE port, its network.
+This module groups ports by that, and reports in words what does not add up.
+
+Pure code: dataclasses in, a report out; no Django, no I/O (an import contract
+holds it to that). Every field that may be missing is None when it is unknown,
+which is never the same as zero or "none": a report from an older agent that
+lacks a field is unknown, not healthy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from inventory.ibnetdiscover import normalize_guid
+
+__all__ = [
+    "ERROR_COUNTERS",
+    "FabricReport",
+    "PhysicalFabric",
+    "PortFacts",
+    "PortRef",
+    "Problem",
+    "SMChange",
+    "SMEvent",
+    "analyze",
+    "describe_key",
+    "fabric_id",
+]
+
+# Changes of one master SM reported by many ports within this gap are one event:
+# a failover is seen by every port of the fabric, each at its next report.
+SM_EVENT_GAP = timedelta(minutes=5)
+# Two or more changes of a fabric's master SM within this window is flapping.
+SM_FLAP_WINDOW = timedelta(hours=1)
+SM_FLAP_CHANGES = 2
+# A single change stays on the report this long, so an operator sees it the next morning.
+SM_RECENT = timedelta(hours=24)
+
+# The error counters worth an operator's attention, by sysfs name, with the
+# words a message uses. Left out on purpose: data and packet counters (they
+# rise with traffic), port_xmit_wait (congestion, not an error),
+# VL15_dropped (subnet management packets dropped at start-up, harmless) and
+# port_rcv_switch_relay_errors (documented by NVIDIA as inaccurate).
+ERROR_COUNTERS: dict[str, str] = {
+    "symbol_error": "symbol errors",
+    "link_error_recovery": "link error recoveries",
+    "link_downed": "link downs",
+    "port_rcv_errors": "receive errors",
+    "port_rcv_remote_physical_errors": "remote physical errors",
+    "local_link_integrity_errors": "local link integrity errors",
+    "excessive_buffer_overrun_errors": "buffer overruns",
+    "port_xmit_discards": "transmit discards",
+    "port_rcv_constraint_errors": "receive constraint errors",
+    "port_xmit_constraint_errors": "transmit constraint errors",
+}
+
+# perfquery spells the same counters differently; both spellings are accepted.
+_PERFQUERY_NAMES = {
+    "symbolerrorcounter": "symbol_error",
+    "linkerrorrecoverycounter": "link_error_recovery",
+    "linkdownedcounter": "link_downed",
+    "portrcverrors": "port_rcv_errors",
+    "portrcvremotephysicalerrors": "port_rcv_remote_physical_errors",
+    "locallinkintegrityerrors": "local_link_integrity_errors",
+    "excessivebufferoverrunerrors": "excessive_buffer_overrun_errors",
+    "portxmitdiscards": "port_xmit_discards",
+    "portrcvconstrainterrors": "port_rcv_constraint_errors",
+    "portxmitconstrainterrors": "port_xmit_constraint_errors",
+}
+
+# What to do about each family of counters, in the order they matter.
+_PHYSICAL = {
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "local_link_integrity_errors",
+}
+_CONGESTION = {"excessive_buffer_overrun_errors", "port_xmit_discards"}
+_ADVICE_PHYSICAL = "a marginal cable or transceiver: reseat or replace it, and drain the node if they keep rising"
+_ADVICE_CONGESTION = "packets dropped for lack of buffer: look for congestion or a stuck peer on that switch port"
+_ADVICE_CONSTRAINT = "packets refused by partition or filtering rules: check the port's partition keys"
+
+_KIND_ORDER = [
+    "split_name",
+    "merged_names",
+    "split_node",
+    "sm_unknown",
+    "sm_flapping",
+    "port_down",
+    "slow_port",
+    "errors_rising",
+]
+
+
+# --- input --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    """One InfiniBand or RoCE port as its node last reported it.
+
+    Every optional field is None (or "") when the agent did not report it:
+    ``state`` None is not "down", ``counters`` None is not "no errors".
+    ``state`` and ``phys_state`` are taken as sysfs or ibstat print them
+    ("4: ACTIVE", "Active", "5: LinkUp"). ``link_layer`` "Ethernet" makes the
+    port RoCE, whose fabric is ``network`` (a CIDR); anything else is
+    InfiniBand, whose fabric is ``sm_guid``. ``sm_error`` says why the SM
+    could not be read. ``previous_counters`` are the counters of the report
+    before, to see what rose since.
+    """
+
+    node: str
+    hca: str
+    port: int
+    state: str | None = None
+    phys_state: str | None = None
+    rate_gbps: float | None = None
+    link_layer: str | None = None
+    node_guid: str | None = None
+    port_guid: str | None = None
+    sm_lid: int | None = None
+    sm_guid: str | None = None
+    sm_error: str | None = None
+    network: str | None = None
+    declared_fabric: str | None = None
+    counters: Mapping[str, Any] | None = None
+    previous_counters: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SMChange:
+    """The master SM a port sees changed from ``old`` to ``new`` at ``at``; None: no SM (lost, or not yet found)."""
+
+    node: str
+    hca: str
+    port: int
+    old: str | None
+    new: str | None
+    at: datetime
+
+
+# --- output -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class PortRef:
+    node: str
+    hca: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.node} {self.hca} port {self.port}"
+
+
+@dataclass
+class SMEvent:
+    """One change of a fabric's master SM, as many ports reported it.
+
+    ``kind`` is "changed" (a failover, a lost or regained SM) or "moved" (the
+    ports went from one live fabric's SM to another's: recabling, not the SM).
+    """
+
+    at: datetime
+    old: str | None
+    new: str | None
+    kind: str
+    ports: int
+    nodes: list[str]
+    last_at: datetime
+
+
+@dataclass
+class PhysicalFabric:
+    """One physical fabric: an SM for InfiniBand, a network for RoCE.
+
+    ``declared`` are the names its nodes gave it, the most used first (empty:
+    no node named it). ``sm_lid`` is the LID most of its ports reach the SM
+    at. ``rate_gbps`` is its ports' common rate, None when none reported one.
+    ``sms`` is the master SM's history, oldest first.
+    """
+
+    key: str
+    label: str
+    kind: str  # "infiniband" or "roce"
+    declared: list[str]
+    nodes: list[str]
+    ports: list[PortRef]
+    sm_guid: str | None = None
+    sm_lid: int | None = None
+    network: str | None = None
+    rate_gbps: float | None = None
+    sms: list[SMEvent] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return fabric_id(self.key)
+
+
+@dataclass
+class Problem:
+    """Something an operator should act on, in one sentence (``message``).
+
+    ``fabric`` is the declared name it concerns and ``physical`` the physical
+    fabric's key; ``node``/``hca``/``port`` the node or port, when it is about
+    one. Each is None when the problem is not about such a thing.
+    """
+
+    kind: str
+    message: str
+    fabric: str | None = None
+    physical: str | None = None
+    node: str | None = None
+    hca: str | None = None
+    port: int | None = None
+
+
+@dataclass
+class FabricReport:
+    """The physical fabrics, the problems found, and for placement the fabric of each node."""
+
+    physical: list[PhysicalFabric]
+    problems: list[Problem]
+    node_fabrics: dict[str, list[str]]
+    node_reasons: dict[str, str]
+
+    def fabric_of(self, node: str) -> str | None:
+        """The one physical fabric key the node's live ports are all on.
+
+        None when that is not known for sure: the node has no port up, a port
+        whose SM could not be read, or ports on two physical fabrics (a
+        multi-node replica on it could reach peers through the wrong one).
+        ``why_no_fabric`` says which.
+        """
+        return None if node in self.node_reasons else next(iter(self.node_fabrics.get(node, [])), None)
+
+    def why_no_fabric(self, node: str) -> str | None:
+        """Why ``fabric_of(node)`` is None, as a clause placement can put in its refusal; None when it is not None."""
+        if node in self.node_reasons:
+            return self.node_reasons[node]
+        if not self.node_fabrics.get(node):
+            return f"{node} reported no InfiniBand or RoCE port"
+        return None
+
+    def fabric(self, key: str) -> PhysicalFabric | None:
+        return next((p for p in self.physical if p.key == key or p.id == key), None)
+
+    def problems_for(self, *, node: str | None = None, physical: str | None = None) -> list[Problem]:
+        return [
+            p
+            for p in self.problems
+            if (node is None or p.node == node) and (physical is None or p.physical == physical)
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain data for an API: dicts, lists, strings, numbers; times in ISO 8601."""
+        return _jsonable(
+            {
+                "physical": [{**asdict(p), "id": p.id} for p in self.physical],
+                "problems": [asdict(p) for p in self.problems],
+                "nodes": {
+                    n: {"fabric": self.fabric_of(n), "why_not": self.why_no_fabric(n)} for n in self.node_fabrics
+                },
+            }
+        )
+
+
+def fabric_id(key: str) -> str:
+    """A physical fabric's key as a URL path segment can carry it.
+
+    "sm:0x…" becomes "sm-0x…" and "roce:10.0.0.0/24" becomes "roce-10.0.0.0_24".
+    """
+    return re.sub(r"[^A-Za-z0-9._~-]", "_", key.replace(":", "-").replace("/", "_"))
+
+
+def describe_key(key: str, sm_lid: int | None = None) -> str:
+    """A physical fabric in words: "SM 0x… (LID 1)", "RoCE 10.0.0.0/24"."""
+    kind, _, ident = key.partition(":")
+    if kind == "roce":
+        return f"RoCE {ident}"
+    return f"SM {ident} (LID {sm_lid})" if sm_lid is not None else f"SM {ident}"
+
+
+# --- the analysis ---------------------------------------------------------------
+
+
+@dataclass
+class _Port:
+    """A port with what the analysis derives from it."""
+
+    facts: PortFacts
+    ref: PortRef
+    live: bool  # not known to be down
+    key: str | None  # its physical fabric; None when unknown
+    declared: str | None
+
+
+def analyze(
+    ports: Iterable[PortFacts], sm_changes: Iterable[SMChange] = (), now: datetime | None = None
+) -> FabricReport:
+    """Group the ports by physical fabric and report what does not add up.
+
+    ``now`` (default: the current UTC time) dates the SM history's windows.
+    Naive datetimes are taken as UTC.
+    """
+    now = _aware(now or datetime.now(UTC))
+    derived = [_derive(p) for p in ports]
+    groups = _group(derived)
+    problems: list[Problem] = _port_problems(derived, set(groups))
+    physical = [_physical(key, members) for key, members in groups.items()]
+    _label(physical)
+    by_key = {p.key: p for p in physical}
+    events = _sm_events(sm_changes, {p.sm_guid for p in physical if p.sm_guid})
+    for ph in physical:
+        ph.sms = [e for e in events if ph.sm_guid and ph.sm_guid in (e.old, e.new)]
+        problems += _sm_problems(ph, now)
+        problems += _merged_names(ph, groups[ph.key], derived)
+        problems += _slow_ports(ph, groups[ph.key])
+    problems += _split_names(derived, by_key)
+    node_fabrics, node_reasons = _node_fabrics(derived, by_key)
+    problems += _split_nodes(node_fabrics, by_key, derived)
+    problems += _errors_rising(derived)
+    problems.sort(key=lambda p: (_KIND_ORDER.index(p.kind), p.physical or "", p.node or "", p.hca or "", p.port or 0))
+    physical.sort(key=lambda p: (p.label, p.key))
+    return FabricReport(physical, problems, node_fabrics, node_reasons)
+
+
+def _text(value: str | None) -> str | None:
+    """Blank is absent: the database keeps unknown strings as ""."""
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def _is_active(state: str | None) -> bool | None:
+    """True when the port is ACTIVE; None when its state was not reported."""
+    s = _text(state)
+    return None if s is None else "ACTIVE" in s.upper()
+
+
+def _is_roce(p: PortFacts) -> bool:
+    return (_text(p.link_layer) or "").lower() == "ethernet"
+
+
+def _derive(p: PortFacts) -> _Port:
+    active = _is_active(p.state)
+    key: str | None = None
+    if _is_roce(p):
+        net = _text(p.network)
+        key = f"roce:{net}" if net else None
+    elif sm := normalize_guid(p.sm_guid):
+        key = f"sm:{sm}"
+    return _Port(p, PortRef(p.node, p.hca, p.port), active is not False, key, _text(p.declared_fabric))
+
+
+def _who(p: _Port) -> str:
+    return str(p.ref)
+
+
+def _port_problems(ports: list[_Port], live_keys: set[str]) -> list[Problem]:
+    out = []
+    for p in ports:
+        # A down port may still name the SM it last saw; it belongs to that
+        # fabric's page only if the fabric is there now.
+        physical = p.key if p.key in live_keys else None
+        base = {"fabric": p.declared, "physical": physical, "node": p.ref.node, "hca": p.ref.hca, "port": p.ref.port}
+        if not p.live:
+            out.append(Problem("port_down", _down_message(p), **base))
+        elif p.key is None:
+            out.append(Problem("sm_unknown", _unknown_message(p), **base))
+    return out
+
+
+def _down_message(p: _Port) -> str:
+    state, phys = _text(p.facts.state) or "?", _text(p.facts.phys_state)
+    phys_u = (phys or "").upper()
+    if "POLLING" in phys_u:
+        hint = "it sees no link partner: check the cable and the switch port at the other end"
+    elif "DISABLED" in phys_u:
+        hint = "it was disabled: enable it (ibportstate) or on the switch"
+    elif "LINKUP" in phys_u:
+        hint = "the link trained but no subnet manager brought it up: is an SM running on this fabric?"
+    else:
+        hint = "check the cable, the transceiver and the switch port"
+    where = f"state {state}" + (f", physical state {phys}" if phys else "")
+    return f"{_who(p)} is down ({where}): {hint}."
+
+
+def _unknown_message(p: _Port) -> str:
+    placement = "placement keeps the node off multi-node replicas until it is known"
+    if _is_roce(p.facts):
+        return f"{_who(p)} is RoCE but its network was not reported, so its fabric is unknown; {placement}."
+    why = _text(p.facts.sm_error) or "no reason was given (an older agent?)"
+    lid = f" at SM LID {p.facts.sm_lid}" if p.facts.sm_lid is not None else ""
+    return f"The subnet manager of {_who(p)}{lid} could not be read: {why}; {placement}."
+
+
+def _group(ports: list[_Port]) -> dict[str, list[_Port]]:
+    groups: dict[str, list[_Port]] = defaultdict(list)
+    for p in ports:
+        if p.live and p.key is not None:
+            groups[p.key].append(p)
+    return dict(groups)
+
+
+def _physical(key: str, members: list[_Port]) -> PhysicalFabric:
+    names = Counter()
+    for name, nodes in _names_on(members).items():
+        names[name] = len(nodes)
+    lids = Counter(m.facts.sm_lid for m in members if m.facts.sm_lid is not None)
+    roce = key.startswith("roce:")
+    return PhysicalFabric(
+        key=key,
+        label="",
+        kind="roce" if roce else "infiniband",
+        declared=[n for n, _ in sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))],
+        nodes=sorted({m.ref.node for m in members}),
+        ports=sorted(m.ref for m in members),
+        sm_guid=None if roce else key.partition(":")[2],
+        sm_lid=_most_common(lids),
+        network=key.partition(":")[2] if roce else None,
+        rate_gbps=_common_rate(members),
+    )
+
+
+def _most_common(counts: Counter) -> Any:
+    """The most common value, the highest of equals; None when there are none."""
+    return max(counts, key=lambda v: (counts[v], v)) if counts else None
+
+
+def _common_rate(members: list[_Port]) -> float | None:
+    return _most_common(Counter(m.facts.rate_gbps for m in members if m.facts.rate_gbps is not None))
+
+
+def _label(physical: list[PhysicalFabric]) -> None:
+    """Name each fabric by its declared names, most used first; by its SM or network when nobody named it."""
+    for ph in physical:
+        ph.label = " / ".join(ph.declared) or describe_key(ph.key, ph.sm_lid)
+    seen = Counter(ph.label for ph in physical)
+    for ph in physical:
+        if seen[ph.label] > 1:  # one name on two fabrics: tell them apart
+            ph.label = f"{ph.label} ({describe_key(ph.key, ph.sm_lid)})"
+
+
+def _names_on(members: list[_Port]) -> dict[str, set[str]]:
+    """Declared name -> the nodes whose live ports on these members carry it."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for m in members:
+        if m.declared:
+            out[m.declared].add(m.ref.node)
+    return out
+
+
+def _nodes_list(nodes: Iterable[str], limit: int = 6) -> str:
+    ordered = sorted(nodes)
+    shown = ", ".join(ordered[:limit])
+    return shown + (f" and {len(ordered) - limit} more" if len(ordered) > limit else "")
+
+
+def _count_nodes(nodes: set[str]) -> str:
+    return next(iter(nodes)) if len(nodes) == 1 else f"{len(nodes)} nodes"
+
+
+# --- naming: one name on two fabrics, two names on one ---------------------------
+
+
+def _split_names(ports: list[_Port], by_key: dict[str, PhysicalFabric]) -> list[Problem]:
+    """One declared name over two physical fabrics: the nodes on the smaller side are likely mislabelled.
+
+    The side that is "right" has the most nodes; between equals, the side
+    whose fabric carries no other name, since the odd side is usually a node
+    on a fabric the others call something else.
+    """
+    sides: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for p in ports:
+        if p.live and p.key and p.declared:
+            sides[p.declared][p.key].add(p.ref.node)
+    out: list[Problem] = []
+    for name, by_phys in sorted(sides.items()):
+        if len(by_phys) < 2:
+            continue
+        # Most nodes first; between equals, the fabric carrying fewer other names.
+        rank = {k: (len(nodes), -sum(1 for d in by_key[k].declared if d != name)) for k, nodes in by_phys.items()}
+        ranked = sorted(sorted(by_phys), key=lambda k: rank[k], reverse=True)
+        if rank[ranked[0]] == rank[ranked[1]]:
+            out.append(_split_name_undecided(name, ranked, by_phys, by_key))
+        else:
+            out += _split_name_minority(name, ranked, by_phys, by_key)
+    return out
+
+
+def _split_name_undecided(
+    name: str, ranked: list[str], by_phys: dict[str, set[str]], by_key: dict[str, PhysicalFabric]
+) -> Problem:
+    sides = "; ".join(f"{describe_key(k, by_key[k].sm_lid)}: {_nodes_list(by_phys[k])}" for k in ranked)
+    return Problem(
+        "split_name",
+        f"The fabric name '{name}' covers {_count_word(len(ranked))} physical fabrics with nothing to tell "
+        f"which is right ({sides}): check each node's agent configuration and cabling.",
+        fabric=name,
+    )
+
+
+def _split_name_minority(
+    name: str, ranked: list[str], by_phys: dict[str, set[str]], by_key: dict[str, PhysicalFabric]
+) -> list[Problem]:
+    main = ranked[0]
+    main_words = f"{_count_nodes(by_phys[main])} on {describe_key(main, by_key[main].sm_lid)}"
+    out = []
+    for key in ranked[1:]:
+        others = [d for d in by_key[key].declared if d != name]
+        there = f", which the other nodes there call '{others[0]}'" if others else ""
+        for node in sorted(by_phys[key]):
+            out.append(
+                Problem(
+                    "split_name",
+                    f"The fabric name '{name}' covers {_count_word(len(ranked))} physical fabrics: {main_words}, "
+                    f"and {node} on {describe_key(key, by_key[key].sm_lid)}{there}. {node} is likely mislabelled: "
+                    f"correct the fabric names in its agent configuration, or its cabling if it belongs on '{name}'.",
+                    fabric=name,
+                    physical=key,
+                    node=node,
+                )
+            )
+    return out
+
+
+def _merged_names(ph: PhysicalFabric, members: list[_Port], ports: list[_Port]) -> list[Problem]:
+    """Two declared names on one physical fabric: the nodes of the smaller name are likely the odd ones out.
+
+    Between names with as many nodes here, the odd one is the name whose
+    nodes are mostly elsewhere.
+    """
+    names = _names_on(members)
+    if len(names) < 2:
+        return []
+    everywhere: dict[str, set[str]] = defaultdict(set)
+    for p in ports:
+        if p.live and p.key and p.declared:
+            everywhere[p.declared].add(p.ref.node)
+
+    def rank(name: str) -> tuple[int, float]:
+        return len(names[name]), len(names[name]) / len(everywhere[name])
+
+    ranked = sorted(sorted(names), key=rank, reverse=True)  # equals in name order
+    where = describe_key(ph.key, ph.sm_lid)
+    listing = _and_list([f"'{n}' ({_count_nodes(names[n])})" for n in ranked])
+    count = _count_word(len(ranked))
+    if rank(ranked[0]) == rank(ranked[1]):
+        return [
+            Problem(
+                "merged_names",
+                f"The physical fabric {where} carries {count} names, {listing}, in equal measure: it is one "
+                "fabric, so rename them to one, or if they should be separate, separate their cabling and "
+                "subnet managers.",
+                physical=ph.key,
+            )
+        ]
+    out = []
+    for name in ranked[1:]:
+        for node in sorted(names[name]):
+            out.append(
+                Problem(
+                    "merged_names",
+                    f"The physical fabric {where} carries {count} names: {listing}. {node} is likely mislabelled "
+                    f"'{name}' where its peers say '{ranked[0]}': correct the fabric names in its agent "
+                    "configuration, or its cabling.",
+                    fabric=name,
+                    physical=ph.key,
+                    node=node,
+                )
+            )
+    return out
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _count_word(n: int) -> str:
+    return {2: "two", 3: "three", 4: "four"}.get(n, str(n))
+
+
+# --- nodes for placement ---------------------------------------------------------
+
+
+def _node_fabrics(ports: list[_Port], by_key: dict[str, PhysicalFabric]) -> tuple[dict, dict]:
+    keys: dict[str, list[str]] = defaultdict(list)
+    unknown: dict[str, list[_Port]] = defaultdict(list)
+    any_live: set[str] = set()
+    for p in ports:
+        keys.setdefault(p.ref.node, [])
+        if not p.live:
+            continue
+        any_live.add(p.ref.node)
+        if p.key is None:
+            unknown[p.ref.node].append(p)
+        elif p.key not in keys[p.ref.node]:
+            keys[p.ref.node].append(p.key)
+    reasons: dict[str, str] = {}
+    for node, node_keys in keys.items():
+        node_keys.sort()
+        if node not in any_live:
+            reasons[node] = f"every InfiniBand/RoCE port of {node} is down"
+        elif unknown[node]:
+            ports_s = ", ".join(f"{p.ref.hca} port {p.ref.port}" for p in unknown[node])
+            reasons[node] = f"the fabric of {node}'s {ports_s} is unknown (its subnet manager could not be read)"
+        elif len(node_keys) > 1:
+            labels = ", ".join(by_key[k].label for k in node_keys)
+            reasons[node] = f"the ports of {node} are on {_count_word(len(node_keys))} physical fabrics ({labels})"
+    return dict(keys), reasons
+
+
+def _split_nodes(
+    node_fabrics: dict[str, list[str]], by_key: dict[str, PhysicalFabric], ports: list[_Port]
+) -> list[Problem]:
+    """A node whose live ports reach two physical fabrics: NCCL on it could reach for a peer through the wrong one."""
+    out = []
+    for node, keys in sorted(node_fabrics.items()):
+        if len(keys) < 2:
+            continue
+        parts = []
+        for k in keys:
+            hcas = sorted({f"{p.ref.hca}/{p.ref.port}" for p in ports if p.ref.node == node and p.key == k and p.live})
+            parts.append(f"{', '.join(hcas)} on {by_key[k].label}")
+        out.append(
+            Problem(
+                "split_node",
+                f"The ports of {node} are on {_count_word(len(keys))} physical fabrics ({'; '.join(parts)}): "
+                "placement keeps it off multi-node replicas; cable all its adapters to one fabric, or tell the "
+                "agent to use only one fabric's adapters.",
+                node=node,
+            )
+        )
+    return out
+
+
+# --- rates and counters ----------------------------------------------------------
+
+
+def _slow_ports(ph: PhysicalFabric, members: list[_Port]) -> list[Problem]:
+    common = ph.rate_gbps
+    if common is None:
+        return []
+    peers = sum(1 for m in members if m.facts.rate_gbps == common)
+    out = []
+    for m in members:
+        rate = m.facts.rate_gbps
+        if rate is not None and rate < common:
+            out.append(
+                Problem(
+                    "slow_port",
+                    f"{_who(m)} runs at {rate:g} Gb/s where {_plural(peers, 'port')} on {ph.label} run at "
+                    f"{common:g} Gb/s: the link trained at a lower width or speed; "
+                    "reseat or replace its cable or transceiver.",
+                    fabric=m.declared,
+                    physical=ph.key,
+                    node=m.ref.node,
+                    hca=m.ref.hca,
+                    port=m.ref.port,
+                )
+            )
+    return out
+
+
+def _canonical_counters(counters: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """Counters under their sysfs names, as integers; None when not reported. Unreadable values are left out."""
+    if counters is None:
+        return None
+    out: dict[str, int] = {}
+    for name, value in counters.items():
+        key = name if name in ERROR_COUNTERS else _PERFQUERY_NAMES.get(str(name).lower())
+        if key is None:
+            continue
+        try:
+            number = int(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if number >= 0:
+            out[key] = number
+    return out
+
+
+def _errors_rising(ports: list[_Port]) -> list[Problem]:
+    out = []
+    for p in ports:
+        now, before = _canonical_counters(p.facts.counters), _canonical_counters(p.facts.previous_counters)
+        if now is None or before is None:
+            continue  # nothing to compare: a first report is not a rise
+        rises = _rises(now, before)
+        if rises:
+            out.append(
+                Problem(
+                    "errors_rising",
+                    _rising_message(p, rises),
+                    fabric=p.declared,
+                    physical=p.key,
+                    node=p.ref.node,
+                    hca=p.ref.hca,
+                    port=p.ref.port,
+                )
+            )
+    return out
+
+
+def _rises(now: dict[str, int], before: dict[str, int]) -> list[tuple[str, int, bool]]:
+    """(counter, rise, was reset) for each error counter that rose; in ERROR_COUNTERS order."""
+    out = []
+    for name in ERROR_COUNTERS:
+        if name not in now or name not in before:
+            continue
+        if now[name] > before[name]:
+            out.append((name, now[name] - before[name], False))
+        elif now[name] < before[name] and now[name] > 0:
+            # Reset (driver reload, perfquery -R) and counting again: at least
+            # this many happened since.
+            out.append((name, now[name], True))
+    return out
+
+
+def _rising_message(p: _Port, rises: list[tuple[str, int, bool]]) -> str:
+    parts = [
+        f"{ERROR_COUNTERS[n]} +{d}" + (" (at least; the counter was reset)" if reset else "") for n, d, reset in rises
+    ]
+    names = {n for n, _, _ in rises}
+    if names & _PHYSICAL:
+        advice = _ADVICE_PHYSICAL
+    elif names & _CONGESTION:
+        advice = _ADVICE_CONGESTION
+    else:
+        advice = _ADVICE_CONSTRAINT
+    return f"{_who(p)}: {', '.join(parts)} since the previous report; {advice}."
+
+
+# --- subnet manager history --------------------------------------------------------
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _when(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _sm_events(changes: Iterable[SMChange], live_sms: set[str]) -> list[SMEvent]:
+    """Fold the per-port changes into events: the same old→new within SM_EVENT_GAP is one event."""
+    by_pair: dict[tuple[str | None, str | None], list[SMChange]] = defaultdict(list)
+    for c in changes:
+        old, new = normalize_guid(c.old), normalize_guid(c.new)
+        if old != new:
+            by_pair[(old, new)].append(SMChange(c.node, c.hca, c.port, old, new, _aware(c.at)))
+    events: list[SMEvent] = []
+    for (old, new), items in by_pair.items():
+        # Both ends being the SM of a fabric that is live now means the ports
+        # moved between fabrics; no SM changed.
+        kind = "moved" if old in live_sms and new in live_sms else "changed"
+        items.sort(key=lambda c: c.at)
+        current: SMEvent | None = None
+        seen: set[tuple[str, str, int]] = set()
+        for c in items:
+            if current is None or c.at - current.last_at > SM_EVENT_GAP:
+                current = SMEvent(c.at, old, new, kind, 0, [], c.at)
+                seen = set()
+                events.append(current)
+            current.last_at = c.at
+            if (c.node, c.hca, c.port) not in seen:
+                seen.add((c.node, c.hca, c.port))
+                current.ports += 1
+            if c.node not in current.nodes:
+                current.nodes.append(c.node)
+    events.sort(key=lambda e: (e.at, e.old or "", e.new or ""))
+    return events
+
+
+def _sm_problems(ph: PhysicalFabric, now: datetime) -> list[Problem]:
+    changes = [e for e in ph.sms if e.kind == "changed"]
+    window = [e for e in changes if timedelta(0) <= now - e.at <= SM_FLAP_WINDOW]
+    recent = [e for e in changes if timedelta(0) <= now - e.at <= SM_RECENT]
+    if len(window) >= SM_FLAP_CHANGES:
+        times = "; ".join(_event_words(e) for e in window)
+        return [
+            Problem(
+                "sm_flapping",
+                f"The master subnet manager of {ph.label} changed {len(window)} times in the last "
+                f"{_duration(SM_FLAP_WINDOW)} ({times}): it is flapping. Check the SM hosts (opensm or UFM logs, "
+                "their links and priorities) before placing multi-node replicas on it.",
+                physical=ph.key,
+                fabric=ph.declared[0] if len(ph.declared) == 1 else None,
+            )
+        ]
+    if recent:
+        e = recent[-1]
+        return [
+            Problem(
+                "sm_flapping",
+                f"The master subnet manager of {ph.label} changed {_count_times(len(recent))} in the last "
+                f"{_duration(SM_RECENT)}, last {_event_words(e)}: a failover; if it happens again within "
+                f"{_duration(SM_FLAP_WINDOW)} the SM is flapping.",
+                physical=ph.key,
+                fabric=ph.declared[0] if len(ph.declared) == 1 else None,
+            )
+        ]
+    return []
+
+
+def _event_words(e: SMEvent) -> str:
+    return f"at {_when(e.at)} from {e.old or 'none'} to {e.new or 'none'}, seen by {_plural(e.ports, 'port')}"
+
+
+def _count_times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def _duration(d: timedelta) -> str:
+    hours = d.total_seconds() / 3600
+    return "hour" if hours == 1 else f"{hours:g} hours"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
