@@ -57,8 +57,10 @@ async def status(sim: Simulation, stop: asyncio.Event) -> None:
     while not stop.is_set():
         alive = sum(1 for n in sim.nodes.values() if n.alive)
         failing = sum(1 for r in sim.running.values() if r.loop.state.failures)
-        print(f"llmgw simulate: {len(sim.credentials)}/{len(sim.nodes)} registered, {alive} alive, "
-              f"{failing} retrying", flush=True)
+        print(
+            f"llmgw simulate: {len(sim.credentials)}/{len(sim.nodes)} registered, {alive} alive, {failing} retrying",
+            flush=True,
+        )
         try:
             await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
         except TimeoutError:
@@ -69,8 +71,14 @@ async def run(args: argparse.Namespace, nodes: list[F.SimNode], faults: list[tup
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    sim = Simulation(args.server, args.join_token, nodes, heartbeat_interval_s=args.heartbeat,
-                     report_interval_s=args.report, max_connections=args.connections)
+    sim = Simulation(
+        args.server,
+        args.join_token,
+        nodes,
+        heartbeat_interval_s=args.heartbeat,
+        report_interval_s=args.report,
+        max_connections=args.connections,
+    )
     await sim.start()
     helpers = [asyncio.create_task(status(sim, stop))]
     if not sys.stdin.isatty() or sys.stdin.readable():
@@ -95,8 +103,7 @@ async def run(args: argparse.Namespace, nodes: list[F.SimNode], faults: list[tup
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if not args.server or not args.join_token:
-        print("llmgw simulate: give --server and --join-token (or LLMGW_SERVER and LLMGW_JOIN_TOKEN)",
-              file=sys.stderr)
+        print("llmgw simulate: give --server and --join-token (or LLMGW_SERVER and LLMGW_JOIN_TOKEN)", file=sys.stderr)
         return 2
     try:
         nodes = F.build_fleet(args.fleet, prefix=args.prefix)

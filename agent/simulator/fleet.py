@@ -71,8 +71,7 @@ def _guid(*parts: object) -> str:
 def _template_gpus(kind: str) -> tuple[dict, ...]:
     files = {
         "gb200-nvl72": Sources(nvidia_smi_xml=CAPTURES / "gb200-tray.xml", use_nvml=False),
-        "h100-hgx": Sources(nvidia_smi_xml=CAPTURES / "h100-hgx.xml", topo=CAPTURES / "h100-topo.txt",
-                            use_nvml=False),
+        "h100-hgx": Sources(nvidia_smi_xml=CAPTURES / "h100-hgx.xml", topo=CAPTURES / "h100-topo.txt", use_nvml=False),
         "a100-mig": Sources(nvidia_smi_xml=CAPTURES / "a100-mig.xml", use_nvml=False),
     }
     if kind not in files:
@@ -115,12 +114,25 @@ class SimNode:
             "gpu_source": "capture" if self.gpus else "none",
             "gpus": copy.deepcopy(self.gpus),
             "ib_ports": copy.deepcopy(self.ib_ports),
-            "host": {"hostname": f"{self.name}.sim", "os": "ubuntu", "os_version": "24.04",
-                     "arch": "aarch64" if self.kind == "gb200-nvl72" else "x86_64",
-                     "cpu_flags": [] if self.kind == "gb200-nvl72" else ["sse4_2", "avx", "avx2", "avx512f"],
-                     "memory_mb": self.memory_mb, "cpus": 144 if self.kind == "gb200-nvl72" else 64},
-            "disks": [{"mount": "/models", "device": "/dev/nvme0n1", "fstype": "xfs", "shared": False,
-                       "total_bytes": 7_680_000_000_000, "free_bytes": 5_000_000_000_000}],
+            "host": {
+                "hostname": f"{self.name}.sim",
+                "os": "ubuntu",
+                "os_version": "24.04",
+                "arch": "aarch64" if self.kind == "gb200-nvl72" else "x86_64",
+                "cpu_flags": [] if self.kind == "gb200-nvl72" else ["sse4_2", "avx", "avx2", "avx512f"],
+                "memory_mb": self.memory_mb,
+                "cpus": 144 if self.kind == "gb200-nvl72" else 64,
+            },
+            "disks": [
+                {
+                    "mount": "/models",
+                    "device": "/dev/nvme0n1",
+                    "fstype": "xfs",
+                    "shared": False,
+                    "total_bytes": 7_680_000_000_000,
+                    "free_bytes": 5_000_000_000_000,
+                }
+            ],
             "engines": dict(self.engines),
             "problems": [],
         }
@@ -161,8 +173,14 @@ def _ports_for(name: str, fabric: str | None, count: int) -> list[dict]:
 def _imex_for(rack_nodes: list[str], this: int) -> dict:
     template = _template_imex()
     nodes = [{"index": i, "address": f"10.{this // 256}.{i}.1", "status": "READY"} for i in range(len(rack_nodes))]
-    return {"state": "up", "running": True, "domain_state": template.get("domain_state", "UP"),
-            "node_status": "READY", "channels": [0], "nodes": nodes}
+    return {
+        "state": "up",
+        "running": True,
+        "domain_state": template.get("domain_state", "UP"),
+        "node_status": "READY",
+        "channels": [0],
+        "nodes": nodes,
+    }
 
 
 def build_fleet(spec: str, prefix: str = "") -> list[SimNode]:
@@ -177,24 +195,55 @@ def build_fleet(spec: str, prefix: str = "") -> list[SimNode]:
                 rack = f"{prefix}nvl72-{n:02d}"
                 names = [f"{rack}-tray-{t:02d}" for t in range(TRAYS_PER_RACK)]
                 for t, name in enumerate(names):
-                    nodes.append(SimNode(
-                        name=name, kind=group.kind, rack=rack, fabric=group.fabric,
-                        gpus=_gpus_for(group.kind, name, rack, n), ib_ports=_ports_for(name, group.fabric, 4),
-                        imex=_imex_for(names, t), memory_mb=884_000, engines={"vllm": "0.11.0", "sglang": "0.5.3"}))
+                    nodes.append(
+                        SimNode(
+                            name=name,
+                            kind=group.kind,
+                            rack=rack,
+                            fabric=group.fabric,
+                            gpus=_gpus_for(group.kind, name, rack, n),
+                            ib_ports=_ports_for(name, group.fabric, 4),
+                            imex=_imex_for(names, t),
+                            memory_mb=884_000,
+                            engines={"vllm": "0.11.0", "sglang": "0.5.3"},
+                        )
+                    )
             elif group.kind == "h100-hgx":
                 name = f"{prefix}hgx-{n:03d}"
-                nodes.append(SimNode(name=name, kind=group.kind, fabric=group.fabric,
-                                     gpus=_gpus_for(group.kind, name, None, n), ib_ports=_ports_for(name, group.fabric, 8),
-                                     memory_mb=2_064_000, engines={"vllm": "0.11.0", "sglang": "0.5.3"}))
+                nodes.append(
+                    SimNode(
+                        name=name,
+                        kind=group.kind,
+                        fabric=group.fabric,
+                        gpus=_gpus_for(group.kind, name, None, n),
+                        ib_ports=_ports_for(name, group.fabric, 8),
+                        memory_mb=2_064_000,
+                        engines={"vllm": "0.11.0", "sglang": "0.5.3"},
+                    )
+                )
             elif group.kind == "a100-mig":
                 name = f"{prefix}mig-{n:02d}"
-                nodes.append(SimNode(name=name, kind=group.kind, fabric=group.fabric,
-                                     gpus=_gpus_for(group.kind, name, None, n), memory_mb=1_031_000,
-                                     engines={"vllm": "0.11.0"}))
+                nodes.append(
+                    SimNode(
+                        name=name,
+                        kind=group.kind,
+                        fabric=group.fabric,
+                        gpus=_gpus_for(group.kind, name, None, n),
+                        memory_mb=1_031_000,
+                        engines={"vllm": "0.11.0"},
+                    )
+                )
             else:
                 name = f"{prefix}cpu-{n:02d}"
-                nodes.append(SimNode(name=name, kind=group.kind, fabric=group.fabric, memory_mb=65_536,
-                                     engines={"llamacpp": "0.3.16"}))
+                nodes.append(
+                    SimNode(
+                        name=name,
+                        kind=group.kind,
+                        fabric=group.fabric,
+                        memory_mb=65_536,
+                        engines={"llamacpp": "0.3.16"},
+                    )
+                )
     return nodes
 
 

@@ -32,9 +32,18 @@ class Running:
 class Simulation:
     """A simulated fleet talking to one control plane."""
 
-    def __init__(self, server: str, join_token: str, nodes: Iterable[F.SimNode], *,
-                 heartbeat_interval_s: float | None = None, report_interval_s: float | None = None,
-                 max_connections: int = 64, stagger_s: float | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        server: str,
+        join_token: str,
+        nodes: Iterable[F.SimNode],
+        *,
+        heartbeat_interval_s: float | None = None,
+        report_interval_s: float | None = None,
+        max_connections: int = 64,
+        stagger_s: float | None = None,
+        seed: int = 0,
+    ) -> None:
         self.server = server
         self.join_token = join_token
         self.nodes = {n.name: n for n in nodes}
@@ -42,8 +51,9 @@ class Simulation:
         self.report_interval_s = report_interval_s
         self.stagger_s = stagger_s
         self.rng = random.Random(seed)
-        self.client = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=max_connections,
-                                                                        max_keepalive_connections=max_connections))
+        self.client = httpx.AsyncClient(
+            timeout=30, limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        )
         self.running: dict[str, Running] = {}
         self.credentials: dict[str, str] = {}
         self.timers: set[asyncio.Task] = set()
@@ -62,8 +72,15 @@ class Simulation:
         def registered(registration) -> None:
             self.credentials[node.name] = registration.credential
 
-        loop = AgentLoop(plane, Identity(node.name, F._uuid("machine", node.name), self.credentials.get(node.name)),
-                         self.join_token, report, heartbeat, on_registered=registered, rng=self.rng)
+        loop = AgentLoop(
+            plane,
+            Identity(node.name, F._uuid("machine", node.name), self.credentials.get(node.name)),
+            self.join_token,
+            report,
+            heartbeat,
+            on_registered=registered,
+            rng=self.rng,
+        )
         if self.heartbeat_interval_s is not None:
             loop.heartbeat_interval_s = self.heartbeat_interval_s
         if self.report_interval_s is not None:
@@ -208,9 +225,15 @@ class Simulation:
             return ""
         verb, args = words[0].replace("_", "-"), words[1:]
         actions = {
-            "kill": (self.kill, 1), "revive": (self.revive, 1), "tray-leave": (self.tray_leave, 1),
-            "tray-rejoin": (self.tray_rejoin, 1), "imex-down": (self.imex_down, 1), "imex-up": (self.imex_up, 1),
-            "fm-restart": (self.fm_restart, 2), "degrade": (self.degrade, 2), "gpu-lost": (self.gpu_lost, 2),
+            "kill": (self.kill, 1),
+            "revive": (self.revive, 1),
+            "tray-leave": (self.tray_leave, 1),
+            "tray-rejoin": (self.tray_rejoin, 1),
+            "imex-down": (self.imex_down, 1),
+            "imex-up": (self.imex_up, 1),
+            "fm-restart": (self.fm_restart, 2),
+            "degrade": (self.degrade, 2),
+            "gpu-lost": (self.gpu_lost, 2),
         }
         if verb not in actions:
             raise F.FaultError(f"unknown fault {verb!r}; one of {', '.join(sorted(actions))}")

@@ -1,0 +1,154 @@
+"""The simulator: fleets from captures, faults, and a real control plane it keeps live."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import pytest
+
+from agent.simulator import fleet as F
+from agent.simulator.runner import Simulation
+from tests.core.test_serve import Server
+
+
+def test_a_spec_names_kinds_counts_and_fabrics():
+    groups = F.parse_spec("gb200-nvl72:2, h100-hgx:4@north,h100-hgx:4@south,a100-mig:1,cpu:2")
+    assert [(g.kind, g.count, g.fabric) for g in groups] == [
+        ("gb200-nvl72", 2, None),
+        ("h100-hgx", 4, "north"),
+        ("h100-hgx", 4, "south"),
+        ("a100-mig", 1, None),
+        ("cpu", 2, None),
+    ]
+
+
+@pytest.mark.parametrize("spec", ["", "gpu:2", "h100-hgx", "h100-hgx:x", "h100-hgx:2@", "cpu:1@two words"])
+def test_a_bad_spec_says_what_to_write(spec):
+    with pytest.raises(F.SpecError):
+        F.parse_spec(spec)
+
+
+def test_a_rack_is_eighteen_trays_of_four_sharing_one_domain():
+    nodes = F.build_fleet("gb200-nvl72:2")
+    assert len(nodes) == 36
+    racks = {}
+    for node in nodes:
+        report = node.report()
+        assert len(report["gpus"]) == 4 and report["imex"]["state"] == "up"
+        domains = {(g["fabric"]["cluster_uuid"], g["fabric"]["clique_id"]) for g in report["gpus"]}
+        assert len(domains) == 1
+        racks.setdefault(node.rack, set()).update(domains)
+    assert len(racks) == 2 and all(len(d) == 1 for d in racks.values())
+    assert racks["nvl72-00"] != racks["nvl72-01"], "each rack is its own domain"
+    uuids = [g["uuid"] for n in nodes for g in n.gpus]
+    assert len(set(uuids)) == len(uuids) == 144
+
+
+def test_other_kinds_come_from_their_captures():
+    hgx, mig, cpu = F.build_fleet("h100-hgx:1@north,a100-mig:1,cpu:1")
+    assert [g["class"] for g in hgx.gpus] == ["h100-80g"] * 8
+    assert all(g["fabric"]["cluster_uuid"].strip("0-") == "" for g in hgx.gpus), "an HGX's NVSwitch is no domain"
+    assert hgx.report()["fabrics"] == {"north": sorted({p["hca"] for p in hgx.ib_ports})}
+    assert all(g["class"].startswith("a100-80g-mig-") and g["index"] >= 1000 for g in mig.gpus)
+    assert cpu.gpus == [] and cpu.report()["engines"] == {"llamacpp": "0.3.16"}
+
+
+def test_faults_change_what_a_node_reports():
+    tray = F.build_fleet("gb200-nvl72:1")[3]
+    F.tray_leave(tray)
+    assert {g["fabric"]["state"] for g in tray.report()["gpus"]} == {"In Progress"}
+    F.tray_rejoin(tray)
+    assert {g["fabric"]["state"] for g in tray.report()["gpus"]} == {"Completed"}
+    F.imex_down(tray)
+    assert tray.report()["imex"]["state"] == "down"
+    F.degrade(tray, 2)
+    assert tray.report()["gpus"][2]["fabric"]["degraded"] is True
+    F.gpu_lost(tray, 1)
+    assert tray.report()["gpus"][1]["health"]
+    with pytest.raises(F.FaultError):
+        F.gpu_lost(tray, 9)
+
+
+class Inventory:
+    """Reads the served control plane's SQLite file directly, as a person with sqlite3 would."""
+
+    def __init__(self, server: Server) -> None:
+        self.path = server.data / "llmgw.sqlite3"
+
+    def rows(self, sql: str, *args):
+        with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10) as db:
+            return db.execute(sql, args).fetchall()
+
+    def value(self, sql: str, *args):
+        return self.rows(sql, *args)[0][0]
+
+
+async def until(check, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_simulated_fleet_stays_live_dies_comes_back_and_survives_a_fabric_manager_restart(tmp_path):
+    server = Server(
+        tmp_path,
+        LLMGW_EVERY_REACHABILITY="1",
+        LLMGW_NODE_GRACE_S="4",
+        LLMGW_NODE_LOST_AFTER_S="6",
+        LLMGW_DOMAIN_LOST_AFTER_S="300",
+    )
+    try:
+        server.wait_ready()
+        join = (server.data / "join-token").read_text().strip()
+        inv = Inventory(server)
+        asyncio.run(scenario(server, join, inv))
+    finally:
+        assert server.stop() == 0
+
+
+async def scenario(server: Server, join: str, inv: Inventory) -> None:
+    nodes = F.build_fleet("gb200-nvl72:1,h100-hgx:2,cpu:1")
+    sim = Simulation(f"http://{server.admin}", join, nodes, heartbeat_interval_s=1.0, report_interval_s=60)
+    await sim.start()
+    try:
+        await sim.wait_registered(timeout=60)
+        await until(lambda: inv.value("select count(*) from inventory_gpu") == 72 + 16, what="every GPU stored")
+        assert inv.value("select count(*) from inventory_node where reachable") == 21
+        assert inv.value("select count(*) from inventory_nvlinkdomain") == 1
+        assert inv.value("select count(*) from inventory_gpu where domain_id is not null") == 72
+
+        # A node dies: unreachable within the grace, then lost; revived, it is back.
+        sim.kill("hgx-000")
+        await until(
+            lambda: inv.value("select reachable from inventory_node where name='hgx-000'") == 0,
+            timeout=15,
+            what="hgx-000 unreachable",
+        )
+        sim.revive("hgx-000")
+        await until(
+            lambda: inv.value("select reachable from inventory_node where name='hgx-000'") == 1,
+            timeout=15,
+            what="hgx-000 back",
+        )
+
+        # A fabric manager restart: every card leaves the domain, then rejoins; no node is lost.
+        sim.fm_restart("nvl72-00", seconds=4)
+        await until(
+            lambda: inv.value("select count(*) from inventory_gpu where domain_id is not null") == 0,
+            timeout=15,
+            what="every card leaving the domain",
+        )
+        assert inv.value("select count(*) from inventory_node where reachable") == 21
+        await until(
+            lambda: inv.value("select count(*) from inventory_gpu where domain_id is not null") == 72,
+            timeout=20,
+            what="every card rejoining",
+        )
+        assert inv.value("select count(*) from inventory_node where lost or not reachable") == 0
+        assert inv.value("select count(*) from inventory_nvlinkdomain") == 1, "the same domain, kept"
+    finally:
+        await sim.stop()
