@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -61,10 +62,8 @@ async def status(sim: Simulation, stop: asyncio.Event) -> None:
             f"llmgw simulate: {len(sim.credentials)}/{len(sim.nodes)} registered, {alive} alive, {failing} retrying",
             flush=True,
         )
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
-        except TimeoutError:
-            pass
 
 
 async def run(args: argparse.Namespace, nodes: list[F.SimNode], faults: list[tuple[str, float]]) -> int:
