@@ -6,6 +6,8 @@ speaks exactly the protocol the fleet does.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +42,12 @@ class Registration:
 class ControlPlane:
     """One node's connection to the control plane."""
 
-    def __init__(self, server: str, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, server: str, client: httpx.AsyncClient | None = None,
+                 observe: Callable[[str, float, int], None] | None = None) -> None:
         self.server = server.rstrip("/")
         self.client = client or httpx.AsyncClient(timeout=TIMEOUT_S)
         self.credential: str | None = None
+        self.observe = observe  # (path, seconds, status; 0 when unreachable): benchmarks listen here
 
     async def close(self) -> None:
         await self.client.aclose()

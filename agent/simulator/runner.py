@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -43,6 +43,7 @@ class Simulation:
         max_connections: int = 64,
         stagger_s: float | None = None,
         seed: int = 0,
+        observe: Callable[[str, float, int], None] | None = None,
     ) -> None:
         self.server = server
         self.join_token = join_token
@@ -50,6 +51,7 @@ class Simulation:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.report_interval_s = report_interval_s
         self.stagger_s = stagger_s
+        self.observe = observe
         self.rng = random.Random(seed)
         self.client = httpx.AsyncClient(
             timeout=30, limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
@@ -61,7 +63,7 @@ class Simulation:
     # --- life of the fleet ---
 
     def _loop_for(self, node: F.SimNode) -> AgentLoop:
-        plane = ControlPlane(self.server, self.client)
+        plane = ControlPlane(self.server, self.client, observe=self.observe)
 
         async def report() -> dict:
             return node.report()

@@ -1,0 +1,159 @@
+"""Ingestion under a simulated fleet: can the control plane keep up with its heartbeats?
+
+Starts ``llmgw serve`` on PostgreSQL (a fresh ``llmgw_bench`` database) with
+Redis as channel layer and broker, registers a simulated fleet of 8-GPU HGX
+nodes, and drives it for a while: a light heartbeat from every node every
+``--heartbeat`` seconds and a full report every ``--report`` seconds. Prints
+the sustained heartbeat rate against the rate the fleet asks for, p50/p99
+latency per request kind, and the database writes per request (from
+pg_stat_database).
+
+    python bench/ingest.py --nodes 2000 --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.simulator.fleet import build_fleet  # noqa: E402
+from agent.simulator.runner import Simulation  # noqa: E402
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+DB = "llmgw_bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reset_database() -> None:
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+
+
+def db_counters() -> dict[str, int]:
+    with psycopg.connect(f"{PG}/postgres") as conn:
+        row = conn.execute(
+            "select xact_commit, tup_inserted, tup_updated, tup_deleted from pg_stat_database where datname=%s",
+            (DB,)).fetchone()
+    return dict(zip(("commits", "inserted", "updated", "deleted"), row, strict=True))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(data: Path, redis: str) -> tuple[subprocess.Popen, str]:
+    admin, gateway = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    env.update(LLMGW_DATA_DIR=str(data), LLMGW_DATABASE_URL=f"{PG}/{DB}", LLMGW_REDIS_URL=redis,
+               LLMGW_ADMIN_ADDR=admin, LLMGW_GATEWAY_ADDR=gateway)
+    proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", "serve"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=(data / "serve.log").open("w"))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://{admin}/healthz", timeout=2).status_code == 200:
+                return proc, admin
+        except httpx.TransportError:
+            time.sleep(0.3)
+    proc.kill()
+    raise SystemExit("llmgw serve did not start; see " + str(data / "serve.log"))
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
+
+
+async def drive(admin: str, join: str, args, pid: int) -> None:
+    samples: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, int] = defaultdict(int)
+    measuring = False
+
+    def observe(path: str, seconds: float, status: int) -> None:
+        kind = path.rsplit("/", 1)[-1]
+        if status != 200 and status != 201:
+            errors[kind] += 1
+        if measuring:
+            samples[kind].append(seconds)
+
+    nodes = build_fleet(f"h100-hgx:{args.nodes}")
+    sim = Simulation(f"http://{admin}", join, nodes, heartbeat_interval_s=args.heartbeat,
+                     report_interval_s=args.report, stagger_s=args.heartbeat, max_connections=args.connections,
+                     observe=observe)
+    started = time.monotonic()
+    await sim.start()
+    await sim.wait_registered(timeout=600)
+    print(f"registered {len(nodes)} nodes ({len(nodes) * 8} GPUs) in {time.monotonic() - started:.1f} s")
+    await asyncio.sleep(args.heartbeat)  # let the first reports after registration settle
+    before, cpu_before, t0 = db_counters(), cpu_seconds(pid), time.monotonic()
+    measuring = True
+    await asyncio.sleep(args.seconds)
+    measuring = False
+    elapsed, after, cpu_after = time.monotonic() - t0, db_counters(), cpu_seconds(pid)
+    await sim.stop()
+
+    beats, reports = len(samples["heartbeat"]), len(samples["report"])
+    wanted_beats = args.nodes / args.heartbeat
+    wanted_reports = args.nodes / args.report
+    writes = sum(after[k] - before[k] for k in ("inserted", "updated", "deleted"))
+    commits = after["commits"] - before["commits"]
+    print(f"measured for {elapsed:.0f} s; server process used {cpu_after - cpu_before:.0f} CPU-seconds "
+          f"({(cpu_after - cpu_before) / elapsed * 100:.0f}% of one core)")
+    print(f"heartbeats: {beats / elapsed:.0f}/s sustained, fleet asks {wanted_beats:.0f}/s "
+          f"-> ratio {beats / elapsed / wanted_beats:.2f}; p50 {pct(samples['heartbeat'], 50):.1f} ms, "
+          f"p99 {pct(samples['heartbeat'], 99):.1f} ms")
+    print(f"full reports: {reports / elapsed:.1f}/s, fleet asks {wanted_reports:.1f}/s; "
+          f"p50 {pct(samples['report'], 50):.1f} ms, p99 {pct(samples['report'], 99):.1f} ms")
+    total = max(1, beats + reports)
+    print(f"database: {writes / total:.2f} rows written and {commits / total:.2f} commits per request "
+          f"({writes} rows, {commits} commits)")
+    print(f"errors: {dict(errors) or 'none'}")
+    if beats / elapsed < 0.95 * wanted_beats:
+        print("FALLING BEHIND: the server answered fewer heartbeats than the fleet sent")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=2000)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--heartbeat", type=float, default=5.0)
+    p.add_argument("--report", type=float, default=60.0)
+    p.add_argument("--connections", type=int, default=64)
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/13")
+    args = p.parse_args()
+    data = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmgw-bench-ingest-{os.getpid()}"
+    data.mkdir(parents=True)
+    reset_database()
+    proc, admin = start_server(data, args.redis)
+    try:
+        asyncio.run(drive(admin, (data / "join-token").read_text().strip(), args, proc.pid))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
