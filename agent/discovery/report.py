@@ -216,14 +216,14 @@ def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Ru
     return section
 
 
-def _collect_node(sources: Sources) -> dict[str, Any]:
+def _collect_node(sources: Sources, run: Run) -> dict[str, Any]:
     """The other half of the report (host, IMEX, InfiniBand, disks, engines, weights); imported lazily."""
     try:
         from agent.discovery.node import collect_node
     except ImportError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
     try:
-        return dict(collect_node(sources))
+        return dict(collect_node(sources, run=run))
     except DiscoveryError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
 
@@ -257,7 +257,7 @@ def build_report(
     report["gpus"] = section.gpus
     problems = list(section.problems)
     if node:
-        for key, value in _collect_node(sources).items():
+        for key, value in _collect_node(sources, run).items():
             if key == "problems":
                 problems.extend(value or [])
             elif key not in report:
