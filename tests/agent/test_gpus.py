@@ -130,7 +130,9 @@ def test_pre_fabric_driver_leaves_fabric_unknown():
 
 
 def test_unhealthy_fragment_is_joined_but_flagged():
-    facts = G.fabric_from_smi(smi.parse_fabric_block(read("FRAGMENT_nvidia-smi-q_grep-fabric_gb200_unhealthy-summary.txt")))
+    facts = G.fabric_from_smi(
+        smi.parse_fabric_block(read("FRAGMENT_nvidia-smi-q_grep-fabric_gb200_unhealthy-summary.txt"))
+    )
     report = G.fabric_report(facts)
     assert G.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 2)
     assert report["degraded"] is False
@@ -145,7 +147,12 @@ def test_insufficient_resources_fragment_joins_nothing():
 
 
 def test_degraded_bandwidth_is_joined_but_degraded():
-    raw = {"state": "Completed", "status": "Success", "clique_id": "7", "cluster_uuid": "dc6e40c4-d722-4357-9ba6-5291dd461278"}
+    raw = {
+        "state": "Completed",
+        "status": "Success",
+        "clique_id": "7",
+        "cluster_uuid": "dc6e40c4-d722-4357-9ba6-5291dd461278",
+    }
     report = G.fabric_report(G.fabric_from_smi({**raw, "bandwidth": "Degraded", "route_unhealthy": "True"}))
     assert G.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 7)
     assert report["degraded"] is True
@@ -283,14 +290,19 @@ def test_healthy_cards_report_an_empty_health_list():
 def test_retired_pages_from_a_page_retirement_query():
     gpus = text_entries("UPSTREAM-EDITED_nvidia-smi-q-d-PAGE_RETIREMENT_x8_retired-pages-nonzero.txt")
     assert gpus[0]["health"] == ["65 retired pages (60 single-bit, 5 double-bit)"]
-    assert gpus[1]["health"] == ["retired pages pending (reset the GPU)", "63 retired pages (2 single-bit, 61 double-bit)"]
+    assert gpus[1]["health"] == [
+        "retired pages pending (reset the GPU)",
+        "63 retired pages (2 single-bit, 61 double-bit)",
+    ]
     assert gpus[2]["health"] == []
     clean = text_entries("nvidia-smi-q-d-PAGE_RETIREMENT_x8-azure-vm_drv535.86.10_clean.txt")
     assert all(e["health"] == [] for e in clean)
 
 
 def test_pending_row_remap_on_the_a10():
-    assert text_entries("nvidia-smi-q_a10-single_drv535.129.03.txt")[0]["health"] == ["row remapping pending (reset the GPU)"]
+    assert text_entries("nvidia-smi-q_a10-single_drv535.129.03.txt")[0]["health"] == [
+        "row remapping pending (reset the GPU)"
+    ]
 
 
 def test_text_and_xml_agree_on_the_h100_fabric():

@@ -12,7 +12,11 @@ XML = {
     "nvidia-smi-q-x_a100-sxm4-40gb-single_drv570.148.08.xml": (1, "NVIDIA A100-SXM4-40GB", "40960 MiB"),
     "nvidia-smi-q-x_a100-sxm4-80gb_mig-enabled_drv535.54.03.xml": (1, "NVIDIA A100-SXM4-80GB", "81920 MiB"),
     "nvidia-smi-q-x_gb200-x4_p6e-gb200_drv580.173.02_fabric-completed-healthy.xml": (4, "NVIDIA GB200", "189471 MiB"),
-    "nvidia-smi-q-x_h100-80gb-hbm3-x8_hgx_drv580.105.08_fabric-zero-uuid.xml": (8, "NVIDIA H100 80GB HBM3", "81559 MiB"),
+    "nvidia-smi-q-x_h100-80gb-hbm3-x8_hgx_drv580.105.08_fabric-zero-uuid.xml": (
+        8,
+        "NVIDIA H100 80GB HBM3",
+        "81559 MiB",
+    ),
     "nvidia-smi-q-x_quadro-p2000_drv525.125.06.xml": (1, "Quadro P2000", "5120 MiB"),
     "nvidia-smi-q-x_rtx-a5000-x2_drv590.44.01.xml": (2, "NVIDIA RTX A5000", "24564 MiB"),
     "nvidia-smi-q-x_rtx-pro-6000-blackwell-maxq_drv590.44.01.xml": (
@@ -213,7 +217,11 @@ def test_list_errors(text):
 
 @pytest.mark.parametrize(
     ("raw", "bus"),
-    [("0000:0A:00.0", "00000000:0A:00.0"), ("00000000:18:00.0", "00000000:18:00.0"), ("0000:9b:00.0", "00000000:9B:00.0")],
+    [
+        ("0000:0A:00.0", "00000000:0A:00.0"),
+        ("00000000:18:00.0", "00000000:18:00.0"),
+        ("0000:9b:00.0", "00000000:9B:00.0"),
+    ],
 )
 def test_bus_ids_are_normalised(raw, bus):
     assert smi.normalize_bus_id(raw) == bus
