@@ -188,8 +188,14 @@ def _sysfs_numa(cards: list[G.CardFacts], sysfs_root: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Run = run_tool) -> GpuSection:
-    """The GPU section from the first source that answers (see the module docstring)."""
+def collect_gpus(
+    sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Run = run_tool, kernel_log: str | None = None
+) -> GpuSection:
+    """The GPU section from the first source that answers (see the module docstring).
+
+    ``kernel_log`` is dmesg text, when the caller could read it (it needs
+    privileges the agent may lack): its Xid errors go into each card's health.
+    """
     section = GpuSection()
     topo: Topology | None = None
     cards: list[G.CardFacts] = []
@@ -211,6 +217,8 @@ def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Ru
         section.problems.extend(G.apply_topology(cards, topo))
     if not sources.replaying_gpus or sources.sysfs_root != Path("/sys"):
         _sysfs_numa(cards, sources.sysfs_root)
+    if kernel_log:
+        section.problems.extend(G.apply_xids(cards, G.parse_xid_log(kernel_log)))
     section.gpus, problems = G.entries(cards)
     section.problems.extend(problems)
     return section
@@ -236,6 +244,7 @@ def build_report(
     now: datetime | None = None,
     node: bool = True,
     section: GpuSection | None = None,
+    kernel_log: str | None = None,
 ) -> dict[str, Any]:
     """The whole report as a JSON-able dict. Never raises for bad input: every failure is a problem.
 
@@ -243,7 +252,7 @@ def build_report(
     tell "nothing readable" apart); ``node=False`` leaves out the node half.
     """
     if section is None:
-        section = collect_gpus(sources, nvml_api=nvml_api, run=run)
+        section = collect_gpus(sources, nvml_api=nvml_api, run=run, kernel_log=kernel_log)
     report: dict[str, Any] = {"schema": SCHEMA}
     version = agent_version()
     if version:

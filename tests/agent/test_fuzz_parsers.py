@@ -134,6 +134,7 @@ def test_arbitrary_text_everywhere(text):
     for parse in (smi.parse_xml, smi.parse_text, smi.parse_list, parse_topo, smi.parse_fabric_block):
         with contextlib.suppress(DiscoveryError):
             parse(text)
+    G.apply_xids([], G.parse_xid_log(text))
 
 
 @pytest.mark.parametrize("raw", ["9" * 400 + " MiB", "[N/A]", "GPU is lost", "Unknown Error", ""])
