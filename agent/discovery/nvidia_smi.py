@@ -14,6 +14,7 @@ A field that is ``None`` was not in the capture at all (an older driver, a
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -146,7 +147,10 @@ def number(raw: str | None) -> float | None:
     if is_missing(raw):
         return None
     m = _NUMBER.match(raw or "")
-    return float(m.group(1)) if m else None
+    if not m:
+        return None
+    value = float(m.group(1))
+    return value if math.isfinite(value) else None  # "9999…" past float range is no reading
 
 
 def integer(raw: str | None) -> int | None:

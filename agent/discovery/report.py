@@ -188,8 +188,14 @@ def _sysfs_numa(cards: list[G.CardFacts], sysfs_root: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Run = run_tool) -> GpuSection:
-    """The GPU section from the first source that answers (see the module docstring)."""
+def collect_gpus(
+    sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Run = run_tool, kernel_log: str | None = None
+) -> GpuSection:
+    """The GPU section from the first source that answers (see the module docstring).
+
+    ``kernel_log`` is dmesg text, when the caller could read it (it needs
+    privileges the agent may lack): its Xid errors go into each card's health.
+    """
     section = GpuSection()
     topo: Topology | None = None
     cards: list[G.CardFacts] = []
@@ -211,19 +217,21 @@ def collect_gpus(sources: Sources, *, nvml_api: N.NvmlApi | None = None, run: Ru
         section.problems.extend(G.apply_topology(cards, topo))
     if not sources.replaying_gpus or sources.sysfs_root != Path("/sys"):
         _sysfs_numa(cards, sources.sysfs_root)
+    if kernel_log:
+        section.problems.extend(G.apply_xids(cards, G.parse_xid_log(kernel_log)))
     section.gpus, problems = G.entries(cards)
     section.problems.extend(problems)
     return section
 
 
-def _collect_node(sources: Sources) -> dict[str, Any]:
+def _collect_node(sources: Sources, run: Run) -> dict[str, Any]:
     """The other half of the report (host, IMEX, InfiniBand, disks, engines, weights); imported lazily."""
     try:
         from agent.discovery.node import collect_node
     except ImportError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
     try:
-        return dict(collect_node(sources))
+        return dict(collect_node(sources, run=run))
     except DiscoveryError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
 
@@ -236,6 +244,7 @@ def build_report(
     now: datetime | None = None,
     node: bool = True,
     section: GpuSection | None = None,
+    kernel_log: str | None = None,
 ) -> dict[str, Any]:
     """The whole report as a JSON-able dict. Never raises for bad input: every failure is a problem.
 
@@ -243,7 +252,7 @@ def build_report(
     tell "nothing readable" apart); ``node=False`` leaves out the node half.
     """
     if section is None:
-        section = collect_gpus(sources, nvml_api=nvml_api, run=run)
+        section = collect_gpus(sources, nvml_api=nvml_api, run=run, kernel_log=kernel_log)
     report: dict[str, Any] = {"schema": SCHEMA}
     version = agent_version()
     if version:
@@ -257,7 +266,7 @@ def build_report(
     report["gpus"] = section.gpus
     problems = list(section.problems)
     if node:
-        for key, value in _collect_node(sources).items():
+        for key, value in _collect_node(sources, run).items():
             if key == "problems":
                 problems.extend(value or [])
             elif key not in report:

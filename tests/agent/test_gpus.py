@@ -330,3 +330,22 @@ def test_topology_from_another_machine_is_not_applied():
     problems = G.apply_topology(cards, parse_topo(read("nvidia-smi-topo-m_h100-x8_8nics-mlx5_sglang-issue.txt")))
     assert problems == ["nvidia-smi topo -m lists 8 GPUs but the GPU source 4: topology not used"]
     assert all(c.nics is None for c in cards)
+
+
+# --- Xid ------------------------------------------------------------------------------------------------------------
+
+
+def test_xid_119_lands_on_the_card_at_that_pci_address():
+    events = G.parse_xid_log(read("dmesg_xid-119_gsp-rpc-timeout_h100.log"))
+    assert {(e.domain, e.bus, e.device, e.xid) for e in events} == {(0, 0x9B, 0, 119)}
+    cards = [G.CardFacts(index=i, pci_bus=f"00000000:{bus}:00.0") for i, bus in enumerate(["18", "9B"])]
+    assert G.apply_xids(cards, events) == []
+    gpus, _ = G.entries(cards)
+    assert gpus[0]["health"] == []
+    (problem,) = gpus[1]["health"]
+    assert problem.startswith(f"Xid 119 ({len(events)} times) in the kernel log, last: Timeout after 6s")
+
+
+def test_xid_for_an_unknown_address_is_a_problem():
+    events = G.parse_xid_log("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")
+    assert G.apply_xids([], events) == ["Xid 79 on PCI 0000:3b:00, no such GPU"]

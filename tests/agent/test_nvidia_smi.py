@@ -225,3 +225,43 @@ def test_list_errors(text):
 )
 def test_bus_ids_are_normalised(raw, bus):
     assert smi.normalize_bus_id(raw) == bus
+
+
+MIG_TEXT = """==============NVSMI LOG==============
+
+Driver Version                            : 535.54.03
+Attached GPUs                             : 1
+GPU 00000000:01:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    MIG Mode
+        Current                           : Enabled
+        Pending                           : Enabled
+    MIG Devices
+        MIG Device
+            Index                         : 0
+            GPU Instance ID               : 3
+            Compute Instance ID           : 0
+            Device Attributes
+                Shared
+                    Multiprocessor count  : 14
+                    Copy Engine count     : 1
+                    Encoder count         : 0
+                    Decoder count         : 1
+                    OFA count             : 0
+                    JPG count             : 0
+            ECC Errors
+                Volatile
+                    SRAM Uncorrectable    : 0
+            FB Memory Usage
+                Total                     : 19968 MiB
+    GPU UUID                              : GPU-513536b6-7d19-9063-b049-1e69664bb298
+    FB Memory Usage
+        Total                             : 81920 MiB
+"""
+
+
+def test_text_mig_devices_read_like_the_xml():
+    gpu = smi.parse_text(MIG_TEXT).gpus[0]
+    xml = smi.parse_xml(read("nvidia-smi-q-x_a100-sxm4-80gb_mig-enabled_drv535.54.03.xml")).gpus[0]
+    assert gpu.memory_total == "81920 MiB"  # the card's, not the instance's
+    assert gpu.mig_devices == xml.mig_devices[:1]
