@@ -53,10 +53,16 @@ class ControlPlane:
         await self.client.aclose()
 
     async def _post(self, path: str, token: str, body: Any) -> dict:
+        started = time.perf_counter()
         try:
             answer = await self.client.post(self.server + path, json=body, headers={"Authorization": f"Bearer {token}"})
         except httpx.HTTPError as exc:
+            if self.observe:
+                self.observe(path, time.perf_counter() - started, 0)
             raise Unreachable(f"{self.server}: {type(exc).__name__}: {exc}") from None
+        if self.observe:
+            self.observe(path, time.perf_counter() - started, answer.status_code)
+
         if answer.status_code >= 500:
             raise Unreachable(f"{self.server} answered {answer.status_code}")
         try:

@@ -90,6 +90,9 @@ class AgentLoop:
         self.rng = rng or random.Random()
         self.clock = clock
         self.state = LoopState()
+        # Set when the intervals were chosen locally (the simulator, tests) rather than by the server.
+        self.intervals_fixed = False
+
         if identity.credential:
             plane.credential = identity.credential
             self.state.registered = True
@@ -101,15 +104,17 @@ class AgentLoop:
     async def _register(self) -> None:
         if not self.join_token:
             raise Refused(401, "no credential and no join token: give --join-token once")
-        registration = await self.plane.register(
-            self.join_token, self.identity.name, self.identity.machine_id, await self.make_report()
-        )
+        report = await self.make_report()
+        registration = await self.plane.register(self.join_token, self.identity.name, self.identity.machine_id, report)
+        self.state.last_digest = protocol.report_digest(report)
+
         self.identity.credential = registration.credential
         self.state.registered = True
         self.state.last_report_at = self.clock()
         self.state.want_report = False
-        self.heartbeat_interval_s = registration.heartbeat_interval_s
-        self.report_interval_s = registration.report_interval_s
+        if not self.intervals_fixed:
+            self.heartbeat_interval_s = registration.heartbeat_interval_s
+            self.report_interval_s = registration.report_interval_s
         if self.on_registered:
             self.on_registered(registration)
 

@@ -85,8 +85,11 @@ class Simulation:
         )
         if self.heartbeat_interval_s is not None:
             loop.heartbeat_interval_s = self.heartbeat_interval_s
+            loop.intervals_fixed = True
         if self.report_interval_s is not None:
             loop.report_interval_s = self.report_interval_s
+            loop.intervals_fixed = True
+
         return loop
 
     async def _run_node(self, running: Running, delay: float) -> None:
