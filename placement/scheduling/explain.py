@@ -186,9 +186,8 @@ def capacity_detail(room: Room, cls: str, need: int) -> Callable[[str], str]:
         head = f"no {cls} free" if free == 0 else f"{free} {cls} free, needs {need}"
         parts = [f"{used} in use"] if (used := node.in_use(cls)) else []
         parts += [f"{n} {why}" for why, n in st.held.items()]
-        if st.held_examples:
-            parts.append("; ".join(st.held_examples))
-        return f"{head}: {', '.join(parts)}" if parts else head
+        text = f"{head}: {', '.join(parts)}" if parts else head
+        return f"{text} ({'; '.join(st.held_examples)})" if st.held_examples else text
 
     return detail
 
