@@ -32,13 +32,23 @@ Line = tuple[str | None, str, int]
 Detail = Callable[[str], str] | None
 
 
+class _Group:
+    """Candidates turned down for one reason: counted, with the first few kept to name."""
+
+    __slots__ = ("count", "noun", "shown", "text")
+
+    def __init__(self, text: str, noun: str) -> None:
+        self.text, self.noun = text, noun
+        self.count = 0
+        self.shown: list[tuple[str, Detail]] = []
+
+
 class Reasons:
-    """Collects reasons in the order found, grouping per-node ones by their group text."""
+    """Collects reasons in the order found, grouping those about nodes (or domains) by their group text."""
 
     def __init__(self) -> None:
-        self._order: list[Line | str] = []
-        # group → [count, the first few (node, detail) pairs]
-        self._groups: dict[str, tuple[list[int], list[tuple[str, Detail]]]] = {}
+        self._order: list[Line | _Group] = []
+        self._groups: dict[tuple[str, str], _Group] = {}
 
     def say(self, reason: str) -> None:
         self._order.append((None, reason, 1))
@@ -46,17 +56,21 @@ class Reasons:
     def node(self, name: str, group: str, detail: str | None = None) -> None:
         self.nodes(group, 1, (name,), None if detail is None else (lambda _n, d=detail: d))
 
-    def nodes(self, group: str, count: int, names: Iterable[str], detail: Detail = None) -> None:
-        """``count`` nodes turned down for ``group``; ``names`` is read only as far as it is shown."""
+    def nodes(self, group: str, count: int, names: Iterable[str], detail: Detail = None, noun: str = "nodes") -> None:
+        """``count`` candidates turned down for ``group``; ``names`` is read only as far as it is shown.
+
+        ``noun`` is what they are: nodes, whose lines name the node, or
+        "NVLink domains", whose lines are about the domain and name no node.
+        """
         if count <= 0:
             return
-        if group not in self._groups:
-            self._groups[group] = ([0], [])
-            self._order.append(group)
-        counter, shown = self._groups[group]
-        counter[0] += count
-        room_left = max(SPELL_OUT, EXAMPLES) + 1 - len(shown)
-        shown.extend((n, detail) for n in islice(names, room_left))
+        g = self._groups.get((noun, group))
+        if g is None:
+            g = self._groups[(noun, group)] = _Group(group, noun)
+            self._order.append(g)
+        g.count += count
+        room_left = max(SPELL_OUT, EXAMPLES) + 1 - len(g.shown)
+        g.shown.extend((n, detail) for n in islice(names, room_left))
 
     def extend(self, lines: Iterable[Line]) -> None:
         """Lines already rendered (from a cache) go in as they are."""
@@ -65,15 +79,15 @@ class Reasons:
     def lines(self) -> tuple[Line, ...]:
         out: list[Line] = []
         for entry in self._order:
-            if not isinstance(entry, str):
+            if not isinstance(entry, _Group):
                 out.append(entry)
-                continue
-            (count,), shown = self._groups[entry]
-            if count <= SPELL_OUT:
-                out.extend((n, detail(n) if detail else entry, 1) for n, detail in shown)
+            elif entry.count <= SPELL_OUT:
+                for name, detail in entry.shown:
+                    reason = detail(name) if detail else entry.text
+                    out.append((name, reason, 1) if entry.noun == "nodes" else (None, reason, 1))
             else:
-                names = ", ".join(n for n, _ in shown[:EXAMPLES])
-                out.append((None, f"{count} nodes: {entry} ({names}, …)", count))
+                names = ", ".join(n for n, _ in entry.shown[:EXAMPLES])
+                out.append((None, f"{entry.count} {entry.noun}: {entry.text} ({names}, …)", entry.count))
         return tuple(out)
 
 
@@ -228,7 +242,11 @@ def _empty_mig(room: Room, profile: ProfileInfo, r: Reasons) -> None:
 
 
 def _domains(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons) -> None:
-    """Each domain's count of able nodes first, then what keeps the others out — the unjoined tray by name."""
+    """How many nodes of each domain could take a shard, then what keeps the others out.
+
+    Domains that are merely full become one line once there are many of
+    them; a tray that has not joined or whose IMEX is down keeps its own line.
+    """
     cls, need = profile.gpu_class, profile.gpus
     candidates = {n.name for n in able}
     domains = room.domains.get(cls, {})
@@ -236,19 +254,33 @@ def _domains(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons)
     if not domains and not strays:
         r.say(f"no {cls} node is in a multi-node NVLink domain")
         return
-    detail = capacity_detail(room, cls, need)
+    short: dict[str, str] = {}
+    kept_out: list[tuple[str, NodeRoom, str, str]] = []
+    full: list[NodeRoom] = []
     for domain in sorted(set(domains) | {d for d in strays if d}):
         members = [room.nodes[n] for n in domains.get(domain, []) if n in candidates]
-        imex = [n for n in members if n.imex_problem]
-        full = [n for n in members if not n.imex_problem and n.free[cls] < need]
-        ready = len(members) - len(imex) - len(full)
-        r.say(f"NVLink domain {domain}: {_n(ready, 'node')} can take a shard of {need} {cls}, needs {profile.nodes}")
+        down = [n for n in members if n.imex_problem]
+        busy = [n for n in members if not n.imex_problem and n.free[cls] < need]
+        ready = len(members) - len(down) - len(busy)
+        short[domain] = f"NVLink domain {domain}: {_n(ready, 'node')} can take a shard of {need} {cls}"
+        # Grouped per domain, so one lagging tray is named even when many racks have one,
+        # and a rack whose fabric manager restarted is one line rather than eighteen.
         for name in strays.get(domain, []):
             if name in candidates:
-                r.node(name, f"not every card joined {domain}", room.nodes[name].domain_problem)
-        for node in imex:
-            r.node(node.name, node.imex_problem or "")
-        r.nodes(f"fewer than {need} {cls} free in {domain}", len(full), (n.name for n in full), detail)
+                node = room.nodes[name]
+                kept_out.append((domain, node, f"not every card joined {domain}", node.domain_problem or ""))
+        kept_out += [(domain, n, f"{n.imex_problem} in {domain}", n.imex_problem or "") for n in down]
+        full += busy
+    r.nodes(
+        f"too few nodes can take a shard of {need} {cls}, needs {profile.nodes}",
+        len(short),
+        short,
+        lambda d: f"{short[d]}, needs {profile.nodes}",
+        noun="NVLink domains",
+    )
+    for _, node, group, detail in kept_out:
+        r.node(node.name, group, detail)
+    r.nodes(f"fewer than {need} {cls} free", len(full), (n.name for n in full), capacity_detail(room, cls, need))
     for name in strays.get(None, []):
         if name in candidates:
             r.node(name, "no card joined an NVLink domain", room.nodes[name].domain_problem)

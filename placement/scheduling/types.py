@@ -263,8 +263,9 @@ class Rejection:
 
     ``node`` names the node when the reason is about one; it is None for a
     reason about the profile, a domain or a fabric, and for a group: when many
-    nodes are turned down for the same reason they become one line ("412
-    nodes: no h100-80g free (…)") with ``nodes`` saying how many.
+    nodes (or NVLink domains) are turned down for the same reason they become
+    one line ("412 nodes: no h100-80g free (…)") with ``nodes`` saying how
+    many candidates it stands for.
     """
 
     profile: str

@@ -227,3 +227,13 @@ def test_replicas_of_a_model_no_longer_in_the_catalog_are_stopped():
     gone = model("gone")
     p = plan(snapshot(TWO_BOXES, [], [replica("r1", gone, ("h100-01", [0]))]))
     assert stopped(p) == {"r1": "model no longer in the catalog"}
+
+
+def test_moving_a_drained_replica_comes_before_another_models_minimum():
+    serving = model("b-serving", profile(gpus=8))
+    newcomer = model("a-newcomer", profile(gpus=8))
+    nodes = [hgx_h100("old", state="draining"), hgx_h100("spare")]
+    p = plan(snapshot(nodes, [newcomer, serving], [replica("r1", serving, ("old", range(8)))]))
+
+    assert [(m.old_replica_id, m.new.nodes) for m in p.replace] == [("r1", ("spare",))]
+    assert p.unplaceable == ("a-newcomer",)

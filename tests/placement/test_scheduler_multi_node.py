@@ -157,3 +157,16 @@ def test_full_bandwidth_trays_are_preferred_to_degraded_ones():
     rack = nvl72_rack("rack-a", trays=4, degraded=[0, 1], fabric=None)
     p = plan(snapshot(rack, [model("pair", gb200(2))]))
     assert p.create[0].nodes == (tray("rack-a", 2), tray("rack-a", 3))
+
+
+def test_many_full_domains_are_one_line_while_a_lagging_tray_keeps_its_own():
+    racks = [nvl72_rack(f"rack-{r}", trays=2, fabric=None) for r in range(5)]
+    racks[0] = nvl72_rack("rack-0", trays=2, fabric=None, not_joined={1: {0: "In Progress"}})
+    p = plan(snapshot([n for rack in racks for n in rack], [model("wide", gb200(3))]))
+
+    assert reasons(p, "wide") == [
+        f"5 NVLink domains: too few nodes can take a shard of 4 {GB200}, needs 3 "
+        f"({domain_key('rack-0')}, {domain_key('rack-1')}, {domain_key('rack-2')}, …)",
+        f"{tray('rack-0', 1)}: 3 of 4 cards joined {domain_key('rack-0')}; gpu 0 fabric state In Progress",
+        "10 nodes: no InfiniBand fabric reported (rack-0-tray00, rack-0-tray01, rack-1-tray00, …)",
+    ]
