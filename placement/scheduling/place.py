@@ -1,0 +1,179 @@
+"""Placing one replica of one profile, taking what it uses out of the room.
+
+Each function returns the replica, or None when the profile does not fit
+anywhere right now; why is the business of ``explain``, which is only asked
+when every profile of a model has failed (most attempts succeed, and the
+reasons cost a look at many more nodes than a placement does).
+"""
+
+from __future__ import annotations
+
+from catalog.rules import CPU_CLASS
+from placement.scheduling.gpus import Quality, pick, shard_env
+from placement.scheduling.room import NodeRoom, Room
+from placement.scheduling.types import GpuInfo, NewReplica, NewShard, ProfileInfo
+
+# How many nodes a single-node placement looks at past the first that fits,
+# hoping for better NVLink/NUMA locality, before it settles for the best seen.
+# Bounded so that a fragmented fleet does not turn each placement into a scan.
+LOOK_FURTHER = 32
+
+
+def place(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+    """One replica of ``model`` with ``profile``, or None when it fits nowhere now."""
+    if profile.gpu_class == CPU_CLASS:
+        return _place_cpu(room, model, profile)
+    if profile.nodes <= 1:
+        return _place_one(room, model, profile)
+    return _place_in_domain(room, model, profile) or _place_over_fabric(room, model, profile)
+
+
+def _replica(model: str, profile: ProfileInfo, shards: list[NewShard], **where: str | None) -> NewReplica:
+    return NewReplica(
+        model=model,
+        profile=profile.name,
+        fingerprint=profile.fingerprint,
+        shards=tuple(shards),
+        pool=profile.pool or None,
+        **where,  # type: ignore[arg-type]
+    )
+
+
+def _place_cpu(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+    need = memory_mb(profile)
+    pool = profile.pool or None
+
+    def accept(name: str) -> bool:
+        node = room.nodes[name]
+        return (pool is None or node.pool == pool) and node.has_engine(profile.engine)
+
+    for heap in (room.memory_cpu_only, room.memory_gpu_nodes):
+        name = heap.take_first(need, accept)
+        if name is not None:
+            node = room.nodes[name]
+            room.take_memory(node, need)
+            return _replica(model, profile, [NewShard(node=name, rank=0, gpus=(), env=shard_env(profile, ()))])
+    return None
+
+
+def memory_mb(profile: ProfileInfo) -> int:
+    return int((profile.memory_gb or 0) * 1024)
+
+
+def _place_one(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+    """The tightest node that fits, preferring one where the GPUs are as local as that node allows."""
+    cls, need = profile.gpu_class, max(profile.gpus, 1)
+    buckets = room.buckets_for(cls, profile.pool or None)
+    if buckets is None:
+        return None
+    best: tuple[Quality, NodeRoom, tuple[GpuInfo, ...]] | None = None
+    looked = 0
+    for name in buckets.at_least(need):
+        node = room.nodes[name]
+        if not node.has_engine(profile.engine):
+            continue
+        chosen, q = pick(node.free_gpus(cls), need)
+        if q <= ideal(node, cls, need):
+            best = (q, node, chosen)
+            break
+        if best is None or q < best[0]:
+            best = (q, node, chosen)
+        looked += 1
+        if looked >= LOOK_FURTHER:
+            break
+    if best is None:
+        return None
+    _, node, chosen = best
+    room.take_gpus(node, cls, tuple(g.index for g in chosen))
+    shard = NewShard(node=node.name, rank=0, gpus=tuple(g.index for g in chosen), env=shard_env(profile, chosen))
+    return _replica(model, profile, [shard])
+
+
+def ideal(node: NodeRoom, cls: str, need: int) -> Quality:
+    """The best locality this node could give ``need`` GPUs of ``cls`` if it were empty."""
+    key = (cls, need)
+    if key not in node.ideal:
+        node.ideal[key] = pick(node.stock[cls].placeable, need)[1]
+    return node.ideal[key]
+
+
+def domain_ready(node: NodeRoom, profile: ProfileInfo) -> bool:
+    """Whether a node of a domain can take a shard now (the domain itself was checked by the caller)."""
+    return (
+        node.imex_problem is None
+        and (not profile.pool or node.pool == profile.pool)
+        and node.has_engine(profile.engine)
+        and node.free[profile.gpu_class] >= profile.gpus
+    )
+
+
+def _place_in_domain(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+    """Inside one multi-node NVLink domain: the domain with the fewest able nodes that still has enough."""
+    cls = profile.gpu_class
+    choices = []
+    for domain, names in room.domains.get(cls, {}).items():
+        able = [room.nodes[n] for n in names if domain_ready(room.nodes[n], profile)]
+        if len(able) >= profile.nodes:
+            choices.append((len(able), domain, able))
+    if not choices:
+        return None
+    _, domain, able = min(choices, key=lambda c: (c[0], c[1]))
+    # Full-bandwidth trays first, then the tightest, so whole trays stay whole.
+    able.sort(key=lambda n: (n.degraded, n.free[cls], n.name))
+    return _shards(room, model, profile, able[: profile.nodes], nvlink_domain=domain)
+
+
+def _place_over_fabric(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+    """Inside one InfiniBand fabric, on entirely free nodes: never across two fabrics.
+
+    Fabrics are tried smallest first, so a small replica does not break up the
+    one fabric large enough for a large one.
+    """
+    cls = profile.gpu_class
+    fabrics = room.whole_free.get(cls, {})
+    for fabric in sorted(fabrics, key=lambda f: (len(fabrics[f]), f)):
+        able = _whole_nodes(room, profile, fabrics[fabric])
+        if len(able) == profile.nodes:
+            return _shards(room, model, profile, able, fabric=fabric)
+    return None
+
+
+def _whole_nodes(room: Room, profile: ProfileInfo, names: dict[str, None]) -> list[NodeRoom]:
+    """Up to ``profile.nodes`` of these entirely free nodes that can take a shard of ``profile``."""
+    able: list[NodeRoom] = []
+    for name in names:
+        node = room.nodes[name]
+        if whole_node_fits(node, profile):
+            able.append(node)
+            if len(able) == profile.nodes:
+                break
+    return able
+
+
+def whole_node_fits(node: NodeRoom, profile: ProfileInfo) -> bool:
+    return (
+        len(node.stock[profile.gpu_class].placeable) >= profile.gpus
+        and (not profile.pool or node.pool == profile.pool)
+        and node.has_engine(profile.engine)
+    )
+
+
+def _shards(
+    room: Room,
+    model: str,
+    profile: ProfileInfo,
+    nodes: list[NodeRoom],
+    *,
+    nvlink_domain: str | None = None,
+    fabric: str | None = None,
+) -> NewReplica:
+    cls = profile.gpu_class
+    names = [n.name for n in nodes]
+    shards = []
+    for rank, node in enumerate(nodes):
+        chosen, _ = pick(node.free_gpus(cls), profile.gpus)
+        indices = tuple(g.index for g in chosen)
+        room.take_gpus(node, cls, indices)
+        env = shard_env(profile, chosen, rank=rank, nodes=names, mnnvl=nvlink_domain is not None)
+        shards.append(NewShard(node=node.name, rank=rank, gpus=indices, env=env))
+    return _replica(model, profile, shards, nvlink_domain=nvlink_domain, fabric=fabric)
