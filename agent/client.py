@@ -42,8 +42,12 @@ class Registration:
 class ControlPlane:
     """One node's connection to the control plane."""
 
-    def __init__(self, server: str, client: httpx.AsyncClient | None = None,
-                 observe: Callable[[str, float, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        client: httpx.AsyncClient | None = None,
+        observe: Callable[[str, float, int], None] | None = None,
+    ) -> None:
         self.server = server.rstrip("/")
         self.client = client or httpx.AsyncClient(timeout=TIMEOUT_S)
         self.credential: str | None = None

@@ -18,7 +18,6 @@ import asyncio
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -30,8 +29,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.simulator.fleet import build_fleet  # noqa: E402
-from agent.simulator.runner import Simulation  # noqa: E402
+from agent.simulator.fleet import build_fleet
+from agent.simulator.runner import Simulation
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = "llmgw_bench"
@@ -52,8 +51,8 @@ def reset_database() -> None:
 def db_counters() -> dict[str, int]:
     with psycopg.connect(f"{PG}/postgres") as conn:
         row = conn.execute(
-            "select xact_commit, tup_inserted, tup_updated, tup_deleted from pg_stat_database where datname=%s",
-            (DB,)).fetchone()
+            "select xact_commit, tup_inserted, tup_updated, tup_deleted from pg_stat_database where datname=%s", (DB,)
+        ).fetchone()
     return dict(zip(("commits", "inserted", "updated", "deleted"), row, strict=True))
 
 
@@ -65,10 +64,19 @@ def cpu_seconds(pid: int) -> float:
 def start_server(data: Path, redis: str) -> tuple[subprocess.Popen, str]:
     admin, gateway = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    env.update(LLMGW_DATA_DIR=str(data), LLMGW_DATABASE_URL=f"{PG}/{DB}", LLMGW_REDIS_URL=redis,
-               LLMGW_ADMIN_ADDR=admin, LLMGW_GATEWAY_ADDR=gateway)
-    proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", "serve"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=(data / "serve.log").open("w"))
+    env.update(
+        LLMGW_DATA_DIR=str(data),
+        LLMGW_DATABASE_URL=f"{PG}/{DB}",
+        LLMGW_REDIS_URL=redis,
+        LLMGW_ADMIN_ADDR=admin,
+        LLMGW_GATEWAY_ADDR=gateway,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(data / "serve.log").open("w"),
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
@@ -100,9 +108,16 @@ async def drive(admin: str, join: str, args, pid: int) -> None:
             samples[kind].append(seconds)
 
     nodes = build_fleet(f"h100-hgx:{args.nodes}")
-    sim = Simulation(f"http://{admin}", join, nodes, heartbeat_interval_s=args.heartbeat,
-                     report_interval_s=args.report, stagger_s=args.heartbeat, max_connections=args.connections,
-                     observe=observe)
+    sim = Simulation(
+        f"http://{admin}",
+        join,
+        nodes,
+        heartbeat_interval_s=args.heartbeat,
+        report_interval_s=args.report,
+        stagger_s=args.heartbeat,
+        max_connections=args.connections,
+        observe=observe,
+    )
     started = time.monotonic()
     await sim.start()
     await sim.wait_registered(timeout=600)
@@ -120,16 +135,24 @@ async def drive(admin: str, join: str, args, pid: int) -> None:
     wanted_reports = args.nodes / args.report
     writes = sum(after[k] - before[k] for k in ("inserted", "updated", "deleted"))
     commits = after["commits"] - before["commits"]
-    print(f"measured for {elapsed:.0f} s; server process used {cpu_after - cpu_before:.0f} CPU-seconds "
-          f"({(cpu_after - cpu_before) / elapsed * 100:.0f}% of one core)")
-    print(f"heartbeats: {beats / elapsed:.0f}/s sustained, fleet asks {wanted_beats:.0f}/s "
-          f"-> ratio {beats / elapsed / wanted_beats:.2f}; p50 {pct(samples['heartbeat'], 50):.1f} ms, "
-          f"p99 {pct(samples['heartbeat'], 99):.1f} ms")
-    print(f"full reports: {reports / elapsed:.1f}/s, fleet asks {wanted_reports:.1f}/s; "
-          f"p50 {pct(samples['report'], 50):.1f} ms, p99 {pct(samples['report'], 99):.1f} ms")
+    print(
+        f"measured for {elapsed:.0f} s; server process used {cpu_after - cpu_before:.0f} CPU-seconds "
+        f"({(cpu_after - cpu_before) / elapsed * 100:.0f}% of one core)"
+    )
+    print(
+        f"heartbeats: {beats / elapsed:.0f}/s sustained, fleet asks {wanted_beats:.0f}/s "
+        f"-> ratio {beats / elapsed / wanted_beats:.2f}; p50 {pct(samples['heartbeat'], 50):.1f} ms, "
+        f"p99 {pct(samples['heartbeat'], 99):.1f} ms"
+    )
+    print(
+        f"full reports: {reports / elapsed:.1f}/s, fleet asks {wanted_reports:.1f}/s; "
+        f"p50 {pct(samples['report'], 50):.1f} ms, p99 {pct(samples['report'], 99):.1f} ms"
+    )
     total = max(1, beats + reports)
-    print(f"database: {writes / total:.2f} rows written and {commits / total:.2f} commits per request "
-          f"({writes} rows, {commits} commits)")
+    print(
+        f"database: {writes / total:.2f} rows written and {commits / total:.2f} commits per request "
+        f"({writes} rows, {commits} commits)"
+    )
     print(f"errors: {dict(errors) or 'none'}")
     if beats / elapsed < 0.95 * wanted_beats:
         print("FALLING BEHIND: the server answered fewer heartbeats than the fleet sent")

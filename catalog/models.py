@@ -41,6 +41,14 @@ class CatalogModel(models.Model):
         null=True, blank=True, help_text="Scale an unused replica down to the minimum after this; empty: never."
     )
     declared_in = models.CharField(max_length=8, choices=DeclaredIn.choices, default=DeclaredIn.STORE)
+    failure_streak = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Replica starts that failed in a row; reset by one that is ready."
+    )
+    parked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set when starts failed too often in a row; scaling or unparking clears it."
+    )
+    parked_error = models.TextField(blank=True, help_text="The last error before the model was parked.")
+
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 

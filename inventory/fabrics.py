@@ -330,7 +330,7 @@ def analyze(
     problems += _split_names(derived, by_key)
     node_fabrics, node_reasons = _node_fabrics(derived, by_key)
     problems += _split_nodes(node_fabrics, by_key, derived)
-    problems += _errors_rising(derived)
+    problems += _errors_rising(derived, set(by_key))
     problems.sort(key=lambda p: (_KIND_ORDER.index(p.kind), p.physical or "", p.node or "", p.hca or "", p.port or 0))
     physical.sort(key=lambda p: (p.label, p.key))
     return FabricReport(physical, problems, node_fabrics, node_reasons)
@@ -697,7 +697,7 @@ def _canonical_counters(counters: Mapping[str, Any] | None) -> dict[str, int] | 
     return out
 
 
-def _errors_rising(ports: list[_Port]) -> list[Problem]:
+def _errors_rising(ports: list[_Port], known: set[str]) -> list[Problem]:
     out = []
     for p in ports:
         now, before = _canonical_counters(p.facts.counters), _canonical_counters(p.facts.previous_counters)
@@ -710,7 +710,8 @@ def _errors_rising(ports: list[_Port]) -> list[Problem]:
                     "errors_rising",
                     _rising_message(p, rises),
                     fabric=p.declared,
-                    physical=p.key,
+                    # A port that is down joins no physical fabric, so it names none.
+                    physical=p.key if p.key in known else None,
                     node=p.ref.node,
                     hca=p.ref.hca,
                     port=p.ref.port,

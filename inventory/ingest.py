@@ -211,11 +211,16 @@ def _sync_ports(node: Node, entries: list[dict], now: datetime, result: IngestRe
                     node=node, hca=key[0], port=key[1], old_sm_guid=port.sm_guid, new_sm_guid=columns["sm_guid"], at=now
                 )
             )
+        if "counters" in diff:
+            # The analysis compares error counters with the report before, so keep it.
+            port.previous_counters = port.counters
+            diff.append("previous_counters")
         for name in diff:
-            setattr(port, name, columns[name])
+            if name != "previous_counters":
+                setattr(port, name, columns[name])
         changed_fields.update(diff)
         to_update.append(port)
-        if diff != ["counters"]:
+        if set(diff) - {"counters", "previous_counters"}:
             result.ports_changed.append(f"{key[0]}/{key[1]}")
     if existing:
         IBPort.objects.filter(pk__in=[p.pk for p in existing.values()]).delete()

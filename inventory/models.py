@@ -218,9 +218,13 @@ class IBPort(models.Model):
     network = models.CharField("RoCE network", max_length=64, blank=True)
     fabric = models.CharField("declared fabric", max_length=100, blank=True)
     counters = models.JSONField(default=dict, blank=True)
+    previous_counters = models.JSONField(
+        null=True, blank=True, help_text="Counters at the report before; NULL until a second report."
+    )
 
     class Meta:
         verbose_name = "InfiniBand port"
+
         ordering = ["node__name", "hca", "port"]
         constraints = [
             models.UniqueConstraint(fields=["node", "hca", "port"], name="ibport_unique_per_node"),

@@ -38,8 +38,10 @@ class Replica(models.Model):
 
     ``profile_fingerprint`` is the profile's fingerprint when it was placed;
     when the catalog's differs, the replica is stale (reported, not restarted).
-    ``last_used_at`` NULL means no request has been routed to it yet, which is
-    not the same as idle since creation.
+    ``last_used_at`` NULL means no request has been routed to it yet: the API
+    shows ``idle_seconds`` -1 for it, while idle scale-down counts its idleness
+    from its creation.
+
     """
 
     id = models.CharField(primary_key=True, max_length=32, default=_short_id, editable=False)
@@ -54,6 +56,14 @@ class Replica(models.Model):
         NVLinkDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
     )
     endpoint = models.CharField(max_length=300, blank=True)
+    replaces = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="replaced_by",
+        help_text="The replica this one is taking over from (a drain): that one stops once this is ready.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
@@ -119,3 +129,25 @@ class Shard(models.Model):
         if self.fetch_done is None or not self.fetch_total:
             return None
         return min(100, int(self.fetch_done * 100 / self.fetch_total))
+
+
+class PlacementExplanation(models.Model):
+    """The scheduler's latest word on one model: placed, or why not, candidate by candidate.
+
+    Kept per model and replaced at each reconcile, so the API, ``ctl explain``
+    and the console show the same explanation. Absent means the reconciler
+    has not looked at the model yet.
+    """
+
+    model = models.OneToOneField(CatalogModel, on_delete=models.CASCADE, related_name="explanation")
+    computed_at = models.DateTimeField(default=timezone.now)
+    placed = models.BooleanField(default=False, help_text="The model has as many replicas as it wants.")
+    rejections = models.JSONField(
+        default=list, blank=True, help_text="[{profile, pool, node, reason, nodes}] from the scheduler."
+    )
+
+    class Meta:
+        ordering = ["model__name"]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}: {'placed' if self.placed else f'{len(self.rejections)} rejections'}"
