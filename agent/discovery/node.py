@@ -76,7 +76,7 @@ def _collect(key: str, collect: Callable[[], tuple[Any, list[str]]]) -> tuple[An
         return collect()
     except DiscoveryError as exc:
         return None, [str(exc)]
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - see below
         # A bug in one reader, or an odd machine we did not foresee, must not cost the rest of the
         # report: the section is left out as unknown and the sentence says what happened.
         return None, [f"could not be collected ({type(exc).__name__}: {exc})"]

@@ -165,7 +165,7 @@ class PynvmlApi:
             return fn(*args)
         except pynvml.NVMLError:
             raise
-        except Exception:  # missing binding or function in an old nvidia-ml-py / driver
+        except Exception:  # noqa: BLE001 - missing binding or function in an old nvidia-ml-py / driver
             raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND) from None
 
     def init(self) -> None:
