@@ -6,7 +6,10 @@ once into the data dir, DEBUG is off unless LLMGW_DEBUG says otherwise.
 
 from __future__ import annotations
 
+import os
+
 import dj_database_url
+
 
 from llmgw import config as llmgw_config
 
@@ -87,7 +90,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 else:
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = "llmgw_test"
+    # Several test runs can share one server (parallel worktrees, CI beside a
+    # developer): each names its own test database.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("LLMGW_TEST_DB_NAME", "llmgw_test")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
