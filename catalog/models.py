@@ -228,3 +228,20 @@ class CapacityMeasurement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name}/{self.profile_name}"
+
+
+class CatalogFile(models.Model):
+    """The configuration file's last pass: which bytes were read and what was wrong with them.
+
+    Keeps the digest so every worker (and a restarted one) agrees on whether
+    the file changed; ``problems`` are shown to operators, since a refused
+    definition in a file nobody is watching is otherwise silent.
+    """
+
+    path = models.CharField(max_length=500, unique=True)
+    digest = models.CharField(max_length=64, blank=True)
+    loaded_at = models.DateTimeField(null=True, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return self.path

@@ -66,6 +66,9 @@ class Replica(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    stopping_since = models.DateTimeField(
+        null=True, blank=True, help_text="When the reconciler told its nodes to stop it; NULL while it is wanted."
+    )
     error = models.TextField(blank=True)
 
     class Meta:
@@ -145,9 +148,30 @@ class PlacementExplanation(models.Model):
     rejections = models.JSONField(
         default=list, blank=True, help_text="[{profile, pool, node, reason, nodes}] from the scheduler."
     )
+    stale = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Replicas placed under a profile definition that has changed since: reported, not restarted.",
+    )
 
     class Meta:
         ordering = ["model__name"]
 
     def __str__(self) -> str:
         return f"{self.model.name}: {'placed' if self.placed else f'{len(self.rejections)} rejections'}"
+
+
+class Demand(models.Model):
+    """A request arrived for a model with no ready replica (an on-demand model, say).
+
+    The reconciler places one replica for it and then forgets the demand; one
+    it cannot place is forgotten after ``DEMAND_TTL`` so that a burst of
+    requests long gone does not start a replica an hour later. Absent means
+    nobody is waiting.
+    """
+
+    model = models.OneToOneField(CatalogModel, on_delete=models.CASCADE, related_name="demand")
+    requested_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.model.name} wanted at {self.requested_at:%H:%M:%S}"

@@ -24,7 +24,7 @@ from inventory.models import Node
 from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from llmgw.core.tokens import hash_token, new_token
-from placement import assignments
+from placement import assignments, shard_status, signals
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,14 @@ def heartbeat(request):
     problems = heartbeat_problems(body)
     if problems:
         raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
-    came_back = ingest.ingest_heartbeat(node, body, timezone.now())
+    with transaction.atomic():
+        came_back = ingest.ingest_heartbeat(node, body, timezone.now())
+        if isinstance(body.get("shards"), list):
+            applied = shard_status.apply(node.pk, body["shards"])
+            if applied.wants_reconcile:
+                signals.shards_changed(node.name)
+        if came_back:
+            signals.node_state_changed(node.name)
     if came_back:
         live.publish(
             [live.fleet_group(), live.node_group(node.pk)],

@@ -1,0 +1,271 @@
+"""The reconciler: make the replicas match the catalog, given the fleet as it is now.
+
+:func:`reconcile` is one pass, all in one transaction:
+
+1. Replicas with a shard on a lost node are marked stopping: what was placed
+   there counts as gone, and the plan below replaces them. Unreachable (not
+   yet lost) nodes keep theirs.
+2. Stopping replicas are deleted once every node they ran on has sent a
+   heartbeat since the stop that no longer lists them (or is lost): only
+   then are their GPUs really free.
+3. Models whose replicas failed at every start ``LLMGW_PARK_AFTER`` times in
+   a row are parked with the last error, until an operator scales or
+   unparks them.
+4. A snapshot of the fleet, the catalog and the replicas is loaded and the
+   pure scheduler makes a plan from it.
+5. The plan is applied: replicas to stop become ``stopping`` (their agents
+   stop them at the next heartbeat); new replicas are created ``pending``
+   with their shards; a replica on a draining node gets a replacement that
+   records ``replaces`` while the old one keeps serving — a later pass stops
+   it once the replacement is ready, so a drain leaves no gap.
+6. Demand that got a replica is forgotten; demand older than its TTL too.
+7. Each model's explanation (rejections, stale replicas) is written when it
+   changed, so running twice in a row writes nothing the second time.
+
+Safe to run twice: every step looks at what is, not at what happened.
+Never run in parallel with itself: the Celery task holds a lock around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from catalog.models import CatalogModel
+from llmgw.core.models import AuditEntry
+from placement import snapshot as snap
+from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
+from placement.scheduler import NewReplica, Plan, plan
+
+log = logging.getLogger(__name__)
+ACTOR = "reconciler"
+PARK_AFTER_DEFAULT = 3
+
+
+def park_after() -> int:
+    """How many failed starts in a row park a model (``LLMGW_PARK_AFTER``, default 3; at least 1)."""
+    try:
+        return max(1, int(os.environ.get("LLMGW_PARK_AFTER", PARK_AFTER_DEFAULT)))
+    except ValueError:
+        return PARK_AFTER_DEFAULT
+
+
+@dataclass
+class Result:
+    """What one pass did, by replica id (or model name for ``parked``)."""
+
+    created: list[str] = field(default_factory=list)
+    replacing: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
+    parked: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything was written (stale replicas are only reported)."""
+        return any((self.created, self.replacing, self.stopped, self.lost, self.reaped, self.parked, self.explained))
+
+    def summary(self) -> dict:
+        return {k: len(v) for k, v in asdict(self).items()}
+
+
+def reconcile(now: datetime | None = None) -> Result:
+    """One reconciling pass (see the module docstring for its steps)."""
+    now = now or timezone.now()
+    result = Result()
+    with transaction.atomic():
+        _stop_on_lost_nodes(now, result)
+        _reap(result)
+        _park(now, result)
+        loaded = snap.load(now)
+        decided = plan(loaded.snapshot)
+        _apply(decided, loaded, now, result)
+        _forget_demand(now, result)
+        _explain(decided, loaded, now, result)
+    if result.changed:
+        transaction.on_commit(lambda: _publish(result))
+    return result
+
+
+# --- 1. lost nodes ---------------------------------------------------------------
+
+
+def _stop_on_lost_nodes(now: datetime, result: Result) -> None:
+    doomed = list(
+        Replica.objects.filter(shards__node__lost=True)
+        .exclude(state=ReplicaState.STOPPING)
+        .distinct()
+        .prefetch_related("shards__node")
+    )
+    for r in doomed:
+        lost = sorted({s.node.name for s in r.shards.all() if s.node.lost})
+        _stop(r, now, f"node {', '.join(lost)} was lost; replaced elsewhere")
+        result.lost.append(r.id)
+
+
+def _stop(replica: Replica, now: datetime, reason: str) -> None:
+    replica.state = ReplicaState.STOPPING
+    replica.stopping_since = now
+    replica.save(update_fields=["state", "stopping_since"])
+    AuditEntry.objects.create(
+        actor=ACTOR, action="stop-replica", target=f"{replica.model.name}#{replica.id}", detail={"reason": reason}
+    )
+
+
+# --- 2. reaping -------------------------------------------------------------------
+
+
+def _reap(result: Result) -> None:
+    stopping = list(Replica.objects.filter(state=ReplicaState.STOPPING).prefetch_related("shards__node").order_by("id"))
+    gone = [r for r in stopping if all(_shard_gone(r, s) for s in r.shards.all())]
+    if gone:
+        Replica.objects.filter(id__in=[r.id for r in gone]).delete()
+        result.reaped.extend(r.id for r in gone)
+
+
+def _shard_gone(replica: Replica, shard: Shard) -> bool:
+    """The node is lost, or has sent a heartbeat since the stop that no longer lists the shard."""
+    node = shard.node
+    if node.lost:
+        return True
+    if replica.stopping_since is None or node.last_seen is None or node.last_seen <= replica.stopping_since:
+        return False
+    listed = {e.get("id") for e in node.shard_status or [] if isinstance(e, dict)}
+    listed |= {f"{e.get('replica')}-{e.get('rank', 0)}" for e in node.shard_status or [] if isinstance(e, dict)}
+    return f"{replica.id}-{shard.rank}" not in listed
+
+
+# --- 3. parking -------------------------------------------------------------------
+
+
+def _park(now: datetime, result: Result) -> None:
+    limit = park_after()
+    for model in CatalogModel.objects.filter(parked_at__isnull=True, failure_streak__gte=limit):
+        last = (
+            Replica.objects.filter(model=model, state__in=[ReplicaState.FAILED, ReplicaState.STOPPING])
+            .exclude(error="")
+            .order_by("-created_at")
+            .first()
+        )
+        model.parked_at = now
+        model.parked_error = last.error if last else f"{model.failure_streak} starts failed in a row"
+        model.save(update_fields=["parked_at", "parked_error", "updated_at"])
+        AuditEntry.objects.create(
+            actor=ACTOR,
+            action="park",
+            target=model.name,
+            detail={"failed_starts": model.failure_streak, "error": model.parked_error},
+        )
+        result.parked.append(model.name)
+
+
+# --- 5. applying the plan -------------------------------------------------------------
+
+
+def _apply(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) -> None:
+    stops = {s.replica_id: s.reason for s in decided.stop}
+    for r in Replica.objects.filter(id__in=stops).exclude(state=ReplicaState.STOPPING).select_related("model"):
+        _stop(r, now, stops[r.id])
+        result.stopped.append(r.id)
+    for new in decided.create:
+        result.created.append(_create(new, loaded, now, replaces=None))
+    for move in decided.replace:
+        rid = _create(move.new, loaded, now, replaces=move.old_replica_id)
+        result.replacing.append(rid)
+        AuditEntry.objects.create(
+            actor=ACTOR,
+            action="replace-replica",
+            target=f"{move.new.model}#{move.old_replica_id}",
+            detail={"by": rid, "reason": move.reason},
+        )
+    result.stale = list(decided.stale)
+
+
+def _create(new: NewReplica, loaded: snap.Loaded, now: datetime, replaces: str | None) -> str:
+    model_id = loaded.model_ids[new.model]
+    source = CatalogModel.objects.filter(pk=model_id).values_list("source", flat=True).first() or ""
+    replica = Replica.objects.create(
+        model_id=model_id,
+        profile_id=loaded.profile_ids.get((new.model, new.profile)),
+        profile_name=new.profile,
+        profile_fingerprint=new.fingerprint,
+        pool=new.pool or "",
+        fabric=new.fabric or "",
+        nvlink_domain_id=loaded.domain_ids.get(new.nvlink_domain) if new.nvlink_domain else None,
+        replaces_id=replaces,
+        created_at=now,
+    )
+    Shard.objects.bulk_create(
+        Shard(
+            replica=replica,
+            node_id=loaded.node_ids[s.node],
+            rank=s.rank,
+            gpu_indices=list(s.gpus),
+            env=dict(s.env),
+            fetch_source=source[:500],
+        )
+        for s in new.shards
+    )
+    return replica.id
+
+
+# --- 6. demand --------------------------------------------------------------------------
+
+
+def _forget_demand(now: datetime, result: Result) -> None:
+    placed = Replica.objects.filter(id__in=result.created + result.replacing).values_list("model_id", flat=True)
+    Demand.objects.filter(Q(model_id__in=set(placed)) | Q(requested_at__lt=now - snap.DEMAND_TTL)).delete()
+
+
+# --- 7. explanations ----------------------------------------------------------------------
+
+
+def _explain(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) -> None:
+    stale_by_model: dict[str, list[dict]] = {}
+    if decided.stale:
+        for r in Replica.objects.filter(id__in=decided.stale).select_related("model", "profile"):
+            stale_by_model.setdefault(r.model.name, []).append(
+                {
+                    "replica": r.id,
+                    "profile": r.profile_name,
+                    "placed_fingerprint": r.profile_fingerprint,
+                    "current_fingerprint": r.profile.fingerprint if r.profile else "",
+                }
+            )
+    current = {e.model_id: e for e in PlacementExplanation.objects.all()}
+    for name, model_id in loaded.model_ids.items():
+        rejections = [asdict(r) for r in decided.rejections.get(name, ())]
+        placed = name not in decided.unplaceable and name not in decided.parked
+        stale = sorted(stale_by_model.get(name, []), key=lambda s: s["replica"])
+        old = current.get(model_id)
+        if old is not None and (old.placed, old.rejections, old.stale) == (placed, rejections, stale):
+            continue
+        PlacementExplanation.objects.update_or_create(
+            model_id=model_id, defaults={"computed_at": now, "placed": placed, "rejections": rejections, "stale": stale}
+        )
+        result.explained.append(name)
+        if stale and (old is None or old.stale != stale):
+            log.warning(
+                "%s: replicas %s were placed under an older profile definition", name, [s["replica"] for s in stale]
+            )
+
+
+def _publish(result: Result) -> None:
+    """Tell the live pages; a page that misses it catches up at its next load."""
+    try:
+        from dashboard import live
+
+        live.publish(
+            [live.fleet_group()], live.Update(kind="placement.changed", subject="fleet", data=result.summary())
+        )
+    except Exception:
+        log.exception("could not publish the placement update")

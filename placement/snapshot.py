@@ -1,0 +1,214 @@
+"""Inventory and catalog rows turned into the pure scheduler's dataclasses.
+
+Everything the scheduler decides from is read here, in a handful of queries,
+so the reconciler's plan is made from one consistent picture. Unknown stays
+unknown on the way: a NULL column becomes None, never an empty value.
+
+Lost nodes (``Node.lost``) are left out altogether: what was placed on them
+counts as gone. Nodes that are merely unreachable stay in, marked so, which
+keeps their replicas (and the GPUs those hold) while nothing new lands there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from catalog.models import CatalogModel
+from inventory.fabrics import PortFacts, analyze
+from inventory.models import GPU, IBPort, Node, NVLinkDomain
+from placement.models import Demand, Replica
+from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ProfileInfo, ReplicaInfo, ShardInfo, Snapshot
+
+# Demand nobody could satisfy is forgotten after this long.
+DEMAND_TTL = timedelta(minutes=5)
+
+
+@dataclass
+class Loaded:
+    """The snapshot, and what the reconciler needs to turn the plan's names back into rows."""
+
+    snapshot: Snapshot
+    node_ids: dict[str, int] = field(default_factory=dict)
+    domain_ids: dict[str, int] = field(default_factory=dict)
+    model_ids: dict[str, int] = field(default_factory=dict)
+    profile_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def load(now: datetime) -> Loaded:
+    """Read the fleet, the catalog and the replicas as they are now."""
+    nodes, node_ids = _nodes()
+    models, model_ids, profile_ids = _models(now)
+    replicas = _replicas(set(node_ids))
+    domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
+    snapshot = Snapshot(nodes=tuple(nodes), models=tuple(models), replicas=tuple(replicas), now=now)
+    return Loaded(snapshot, node_ids, domain_ids, model_ids, profile_ids)
+
+
+# --- nodes ------------------------------------------------------------------------
+
+
+def _nodes() -> tuple[list[NodeInfo], dict[str, int]]:
+    rows = list(Node.objects.filter(lost=False).order_by("name"))
+    gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
+    mig_cards: dict[int, set[int]] = defaultdict(set)
+    for g in GPU.objects.filter(node__lost=False).select_related("domain").order_by("node_id", "index"):
+        gpus_by_node[g.node_id].append(gpu_info(g))
+        if g.parent_index is not None:
+            mig_cards[g.node_id].add(g.parent_index)
+    fabrics = node_fabrics()
+    out = []
+    for n in rows:
+        out.append(node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name)))
+    return out, {n.name: n.pk for n in rows}
+
+
+def node_info(n: Node, gpus: tuple[GpuInfo, ...], fabric: str | None) -> NodeInfo:
+    """One node as the scheduler sees it. ``fabric`` is its physical InfiniBand fabric, None when not known."""
+    channels = n.imex_channels
+    return NodeInfo(
+        name=n.name,
+        state=n.state,
+        reachable=n.reachable,
+        labels={str(k): str(v) for k, v in (n.labels or {}).items()},
+        engines=None if n.engines is None else frozenset(n.engines),
+        memory_mb=n.memory_mb,
+        imex_state=n.imex_state or None,
+        imex_channels=len(channels) if isinstance(channels, list) else None,
+        fabric=fabric,
+        gpus=gpus,
+    )
+
+
+def gpu_info(g: GPU) -> GpuInfo:
+    peers = g.nvlink_peers
+    return GpuInfo(
+        index=g.index,
+        gpu_class=g.gpu_class,
+        uuid=g.uuid,
+        healthy=not g.health,
+        problems=tuple(str(p) for p in (g.health or [])),
+        numa=g.numa,
+        nvlink_peers=None if peers is None else frozenset(int(p) for p in peers if isinstance(p, int)),
+        parent=g.parent_index,
+        mig_uuid=g.mig_uuid,
+        mig_mode=g.parent_index is None and g.mig_mode.startswith("enabled"),
+        fabric_state=g.fabric_state,
+        fabric_status=g.fabric_status,
+        domain=g.domain.key if g.domain_id else None,
+        degraded=g.fabric_degraded,
+    )
+
+
+def node_fabrics() -> dict[str, str]:
+    """Node name → the one physical fabric (SM, or RoCE network) all its live ports are on.
+
+    A node missing here has no port, or ports on two fabrics, or one whose
+    subnet manager could not be read: it takes no multi-node replica over
+    InfiniBand, since its peers might be reached through the wrong fabric.
+    """
+    ports = [
+        PortFacts(
+            node=p.node.name,
+            hca=p.hca,
+            port=p.port,
+            state=p.state or None,
+            phys_state=p.phys_state or None,
+            rate_gbps=p.rate_gbps,
+            link_layer=p.link_layer or None,
+            node_guid=p.node_guid or None,
+            port_guid=p.port_guid or None,
+            sm_lid=p.sm_lid,
+            sm_guid=p.sm_guid or None,
+            sm_error=p.sm_error or None,
+            network=p.network or None,
+            declared_fabric=p.fabric or None,
+        )
+        for p in IBPort.objects.filter(node__lost=False).select_related("node")
+    ]
+    if not ports:
+        return {}
+    report = analyze(ports)
+    out = {}
+    for name in report.node_fabrics:
+        key = report.fabric_of(name)
+        if key is not None:
+            out[name] = key
+    return out
+
+
+# --- catalog ----------------------------------------------------------------------
+
+
+def _models(now: datetime) -> tuple[list[ModelInfo], dict[str, int], dict[tuple[str, str], int]]:
+    rows = list(CatalogModel.objects.prefetch_related("profiles").order_by("name"))
+    waiting = set(Demand.objects.filter(requested_at__gte=now - DEMAND_TTL).values_list("model__name", flat=True))
+    models, model_ids, profile_ids = [], {}, {}
+    for m in rows:
+        profiles = sorted(m.profiles.all(), key=lambda p: (p.position, p.name))
+        for p in profiles:
+            profile_ids[(m.name, p.name)] = p.pk
+        model_ids[m.name] = m.pk
+        models.append(model_info(m, profiles, wanted=1 if m.name in waiting else None))
+    return models, model_ids, profile_ids
+
+
+def model_info(m: CatalogModel, profiles, wanted: int | None = None) -> ModelInfo:
+    """``wanted`` is 1 when a request is waiting for a model that has no replica; None otherwise."""
+    return ModelInfo(
+        name=m.name,
+        profiles=tuple(
+            ProfileInfo(
+                name=p.name,
+                engine=p.engine,
+                gpu_class=p.gpu_class,
+                gpus=p.gpus,
+                nodes=p.nodes,
+                tp=p.tp,
+                pp=p.pp,
+                memory_gb=p.memory_gb,
+                pool=p.pool or None,
+                env={str(k): str(v) for k, v in (p.env or {}).items()},
+                fingerprint=p.fingerprint,
+            )
+            for p in profiles
+        ),
+        min_replicas=m.min_replicas,
+        max_replicas=m.max_replicas,
+        wanted=wanted,
+        idle_timeout_s=m.idle_timeout.total_seconds() if m.idle_timeout is not None else None,
+        parked_error=(m.parked_error or "no error was recorded") if m.parked_at else None,
+    )
+
+
+# --- replicas ---------------------------------------------------------------------
+
+
+def _replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
+    """Every replica, each with the shards on nodes that are not lost.
+
+    A replica with a shard on a lost node is marked stopping by the reconciler
+    before the snapshot is taken, so here it holds only what it still holds.
+    """
+    out = []
+    for r in Replica.objects.select_related("model").prefetch_related("shards__node").order_by("id"):
+        shards = tuple(
+            ShardInfo(node=s.node.name, rank=s.rank, gpus=tuple(int(i) for i in s.gpu_indices))
+            for s in sorted(r.shards.all(), key=lambda s: s.rank)
+            if s.node.name in live_nodes
+        )
+        out.append(
+            ReplicaInfo(
+                id=r.id,
+                model=r.model.name,
+                profile=r.profile_name,
+                state=r.state,
+                shards=shards,
+                created_at=r.created_at,
+                fingerprint=r.profile_fingerprint,
+                last_used_at=r.last_used_at,
+                replaces=r.replaces_id,
+            )
+        )
+    return out

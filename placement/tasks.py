@@ -1,0 +1,24 @@
+"""Placement's Celery tasks."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from llmgw.core.locks import exclusive
+from placement import reconciler
+
+LOCK = "placement.tasks.reconcile"
+
+
+@shared_task(name="placement.tasks.reconcile", ignore_result=True)
+def reconcile() -> dict:
+    """One reconciling pass, under a lock: a second worker that finds it held skips this run.
+
+    Nothing is passed in: a model, node or replica deleted since the run was
+    queued is simply not in the snapshot it loads. Runs every few seconds from
+    beat, and soon after anything it depends on changes (placement.signals).
+    """
+    with exclusive(LOCK) as held:
+        if not held:
+            return {"skipped": "another worker holds the lock"}
+        return reconciler.reconcile().summary()
