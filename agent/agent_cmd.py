@@ -28,6 +28,7 @@ from agent.client import ControlPlane, Registration
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
+from agent.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("llmgw.agent")
 DEFAULT_CONFIG = Path("/etc/llmgw/agent.yaml")
@@ -43,6 +44,8 @@ class AgentSettings:
     model_dirs: list[Path] = field(default_factory=list)
     fabrics: dict[str, list[str]] | None = None
     use_nvml: bool = True
+    advertise_host: str = ""
+    stop_timeout_s: float = 30.0
 
 
 class SettingsError(Exception):
@@ -96,6 +99,8 @@ def settings_from(args: argparse.Namespace, env: dict[str, str]) -> AgentSetting
         model_dirs=[Path(p) for p in (args.model_dir or config.get("model_dirs") or [])],
         fabrics=fabrics,
         use_nvml=not args.no_nvml,
+        advertise_host=str(pick(args.advertise_host, "LLMGW_AGENT_ADDRESS", "address", socket.gethostname())),
+        stop_timeout_s=float(pick(args.stop_timeout, "LLMGW_AGENT_STOP_TIMEOUT_S", "stop_timeout_s", 30.0)),
     )
 
 
@@ -150,24 +155,42 @@ class Discovery:
         return {"load": load} if load else {}
 
 
+def shard_supervisor(settings: AgentSettings) -> Supervisor:
+    """Engines run from the state dir (their logs, downloads when no model dir is given)."""
+    return Supervisor(
+        work_dir=settings.state_dir / "shards",
+        model_dirs=settings.model_dirs,
+        advertise_host=settings.advertise_host,
+        stop_timeout_s=settings.stop_timeout_s,
+    )
+
+
 async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
     credential = load_credential(settings.state_dir, settings.server, settings.name)
     if credential is None and not settings.join_token:
         print("llmgw agent: not registered yet: give --join-token (or LLMGW_JOIN_TOKEN) once", file=sys.stderr)
         return 2
     discovery = Discovery(settings)
+    supervisor = shard_supervisor(settings)
     plane = ControlPlane(settings.server)
+
+    async def heartbeat() -> dict:
+        return {**await discovery.heartbeat(), "shards": supervisor.status()}
+
     loop = AgentLoop(
         plane,
         Identity(settings.name, machine_id(), credential),
         settings.join_token,
         make_report=discovery.report,
-        make_heartbeat=discovery.heartbeat,
+        make_heartbeat=heartbeat,
         on_registered=lambda reg: save_credential(settings.state_dir, settings.server, reg),
+        on_shards=supervisor.apply,
     )
     try:
         await loop.run(stop)
     finally:
+        # Engines are children of this agent: they stop with it, gracefully.
+        await supervisor.close()
         await plane.close()
     return 0
 
@@ -181,6 +204,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help=f"YAML settings (default {DEFAULT_CONFIG} if present)")
     p.add_argument("--model-dir", type=Path, action="append", help="a directory holding model weights")
     p.add_argument("--no-nvml", action="store_true", help="read GPUs with nvidia-smi instead of NVML")
+    p.add_argument("--advertise-host", help="the address clients reach this node's engines at (default: hostname)")
+    p.add_argument("--stop-timeout", type=float, help="seconds an engine gets after SIGTERM before SIGKILL")
     return p
 
 

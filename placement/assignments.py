@@ -6,7 +6,12 @@ from placement.models import ReplicaState, Shard
 
 
 def for_node(node_id: int) -> list[dict]:
-    """The shards ``node_id`` should be running now; the agent stops any others."""
+    """The shards ``node_id`` should be running now; the agent stops any others.
+
+    A replica being stopped is left out, which is how its agent learns to stop
+    it. ``engine`` None means the replica's profile was removed since it was
+    placed: the agent reports that as the shard's failure.
+    """
     shards = (
         Shard.objects.filter(node_id=node_id)
         .exclude(replica__state=ReplicaState.STOPPING)
@@ -27,6 +32,9 @@ def for_node(node_id: int) -> list[dict]:
                 "env": shard.env,
                 "engine": profile.engine if profile else None,
                 "engine_args": profile.engine_args if profile else [],
+                "tp": profile.tp if profile else 1,
+                "pp": profile.pp if profile else 1,
+                "nodes": profile.nodes if profile else 1,
             }
         )
     return out

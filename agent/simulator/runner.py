@@ -19,6 +19,7 @@ from agent import protocol
 from agent.client import ControlPlane
 from agent.loop import AgentLoop, Identity
 from agent.simulator import fleet as F
+from agent.simulator.engine import SimShards
 
 
 @dataclass
@@ -59,6 +60,9 @@ class Simulation:
         self.running: dict[str, Running] = {}
         self.credentials: dict[str, str] = {}
         self.timers: set[asyncio.Task] = set()
+        # Each simulated node's shards, served by fake engines; kept across a node's restarts
+        # the way a real node's engines outlive a heartbeat hiccup.
+        self.shards: dict[str, SimShards] = {n: SimShards() for n in self.nodes}
 
     # --- life of the fleet ---
 
@@ -68,8 +72,11 @@ class Simulation:
         async def report() -> dict:
             return node.report()
 
+        shards = self.shards.setdefault(node.name, SimShards())
+
         async def heartbeat() -> dict:
-            return {"load": {"cpu_percent": round(self.rng.uniform(1, 40), 1), "load1": 1.0}, "shards": []}
+            load = {"cpu_percent": round(self.rng.uniform(1, 40), 1), "load1": 1.0}
+            return {"load": load, "shards": shards.status()}
 
         def registered(registration) -> None:
             self.credentials[node.name] = registration.credential
@@ -81,6 +88,7 @@ class Simulation:
             report,
             heartbeat,
             on_registered=registered,
+            on_shards=shards.apply,
             rng=self.rng,
         )
         if self.heartbeat_interval_s is not None:
@@ -126,6 +134,8 @@ class Simulation:
         tasks = [r.task for r in self.running.values() if r.task]
         await asyncio.gather(*tasks, return_exceptions=True)
         self.running.clear()
+        for shards in self.shards.values():
+            await shards.close()
         await self.client.aclose()
 
     # --- faults ---
@@ -166,12 +176,13 @@ class Simulation:
         task.add_done_callback(self.timers.discard)
 
     def kill(self, name: str) -> None:
-        """The node dies: no more heartbeats until revive()."""
+        """The node dies: no more heartbeats until revive(), and its engines die with it."""
         node = self.node(name)
         node.alive = False
         running = self.running.pop(name, None)
         if running:
             running.stop.set()
+        self.shards[name].apply([])
 
     def revive(self, name: str) -> None:
         node = self.node(name)

@@ -1,0 +1,75 @@
+"""A shard as the control plane's heartbeat answer describes it (placement.assignments.for_node)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What to run. ``engine`` None means the control plane did not say: the shard fails with that reason.
+
+    ``env`` is placement's environment for the engine (CUDA_VISIBLE_DEVICES,
+    and for a multi-node shard LLMGW_NODE_RANK / LLMGW_NNODES /
+    LLMGW_MASTER_NODE). ``tp``/``pp`` default to 1 when absent (an older
+    control plane).
+    """
+
+    id: str
+    replica: str
+    model: str
+    rank: int = 0
+    source: str = ""
+    engine: str | None = None
+    engine_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    gpus: tuple[int, ...] = ()
+    tp: int = 1
+    pp: int = 1
+    nodes: int = 1
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_assignment(cls, data: dict) -> ShardSpec:
+        replica = str(data.get("replica") or "")
+        rank = int(data.get("rank") or 0)
+        env = data.get("env") if isinstance(data.get("env"), dict) else {}
+        return cls(
+            id=str(data.get("id") or f"{replica}-{rank}"),
+            replica=replica,
+            model=str(data.get("model") or ""),
+            rank=rank,
+            source=str(data.get("source") or ""),
+            engine=data.get("engine") or None,
+            engine_args=tuple(str(a) for a in data.get("engine_args") or ()),
+            env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+            gpus=tuple(int(g) for g in data.get("gpus") or ()),
+            tp=int(data.get("tp") or 1),
+            pp=int(data.get("pp") or 1),
+            nodes=int(data.get("nodes") or 1),
+        )
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def multi_node(self) -> bool:
+        return int(self.environment.get("LLMGW_NNODES", "1")) > 1
+
+    def distributed_env(self, master_port: int = 29500) -> dict[str, str]:
+        """The torch.distributed names for placement's multi-node facts; empty for one node.
+
+        The master is named by its node name: the agents resolve it as a host
+        name, as every node of a multi-node replica must reach the others.
+        """
+        env = self.environment
+        if not self.multi_node:
+            return {}
+        return {
+            "NODE_RANK": env["LLMGW_NODE_RANK"],
+            "WORLD_SIZE": env["LLMGW_NNODES"],
+            "MASTER_ADDR": env["LLMGW_MASTER_NODE"],
+            "MASTER_PORT": str(master_port),
+        }

@@ -1,0 +1,236 @@
+"""The shards this node runs: each one fetched, started, probed, watched, and stopped when no longer wanted.
+
+A shard's life, each step reported in the heartbeat's shard status:
+
+1. ``fetching``: weights not on disk are fetched (bytes done, and total when known).
+2. ``starting``: the engine starts with the shard's environment, its output
+   going to a log file kept per shard; it is probed (GET /v1/models or
+   /health) until it answers.
+3. ``ready``: answering, at ``http://<advertised host>:<port>``.
+4. ``failed``: the fetch failed, the engine exited, or it never answered
+   within the start timeout; the error comes with the log's last lines. A
+   failed shard is not restarted here: the control plane decides what next.
+5. ``stopping``: no longer in the heartbeat answer: SIGTERM to the engine's
+   process group, then SIGKILL after the stop timeout. Once gone, the shard
+   is no longer listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from agent.supervisor.engines import engine
+from agent.supervisor.fetch import FetchError, Progress, download_dir, fetch
+from agent.supervisor.llamacpp import NoGguf
+from agent.supervisor.spec import ShardSpec
+
+log = logging.getLogger("llmgw.agent.supervisor")
+
+LOG_TAIL_LINES = 20
+PROBE_INTERVAL_S = 0.5
+START_TIMEOUT_S = 1800.0  # a 400 GB checkpoint takes a while to load
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a log; empty when there is none yet."""
+    if path is None:
+        return []
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line[:500] for line in text.splitlines()[-lines:]]
+
+
+@dataclass
+class ShardRun:
+    spec: ShardSpec
+    state: str = "fetching"
+    endpoint: str | None = None
+    error: str | None = None
+    progress: Progress | None = None
+    port: int | None = None
+    log_path: Path | None = None
+    proc: asyncio.subprocess.Process | None = None
+    task: asyncio.Task | None = None
+    stopper: asyncio.Task | None = None
+    history: list[str] = field(default_factory=list)
+
+    def status(self) -> dict:
+        out: dict = {"id": self.spec.id, "replica": self.spec.replica, "rank": self.spec.rank, "state": self.state}
+        if self.endpoint:
+            out["endpoint"] = self.endpoint
+        if self.error:
+            out["error"] = self.error
+        tail = log_tail(self.log_path)
+        if tail:
+            out["log_tail"] = tail
+        if self.progress is not None:
+            out["fetch"] = self.progress.as_status()
+        return out
+
+
+class Supervisor:
+    """Runs what the control plane says this node should run; ``apply`` with each heartbeat answer."""
+
+    def __init__(
+        self,
+        *,
+        work_dir: Path,
+        model_dirs: Sequence[Path] = (),
+        advertise_host: str,
+        start_timeout_s: float = START_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+        base_env: dict[str, str] | None = None,
+    ) -> None:
+        self.work_dir = work_dir
+        self.model_dirs = list(model_dirs)
+        self.advertise_host = advertise_host
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.runs: dict[str, ShardRun] = {}
+
+    # --- what the control plane wants -------------------------------------------
+
+    def apply(self, assignments: list[dict]) -> None:
+        """Start what is new, stop what is no longer listed; call from the event loop."""
+        wanted = {}
+        for data in assignments:
+            if isinstance(data, dict):
+                spec = ShardSpec.from_assignment(data)
+                wanted[spec.id] = spec
+        for shard_id, run in list(self.runs.items()):
+            if shard_id not in wanted and run.stopper is None:
+                run.state = "stopping"  # at once, so the next heartbeat says so
+                run.stopper = asyncio.create_task(self._stop(run), name=f"stop:{shard_id}")
+        for shard_id, spec in wanted.items():
+            if shard_id not in self.runs:
+                run = ShardRun(spec)
+                self.runs[shard_id] = run
+                run.task = asyncio.create_task(self._run(run), name=f"shard:{shard_id}")
+
+    def status(self) -> list[dict]:
+        return [run.status() for run in self.runs.values()]
+
+    async def close(self) -> None:
+        """Stop every shard (the agent is shutting down)."""
+        for run in list(self.runs.values()):
+            if run.stopper is None:
+                run.state = "stopping"
+                run.stopper = asyncio.create_task(self._stop(run))
+        await asyncio.gather(*(r.stopper for r in list(self.runs.values()) if r.stopper), return_exceptions=True)
+
+    # --- one shard ------------------------------------------------------------------
+
+    def _fail(self, run: ShardRun, error: str) -> None:
+        if run.state == "stopping":
+            return
+        run.state, run.error, run.endpoint = "failed", error, None
+        log.warning("shard %s failed: %s", run.spec.id, error)
+
+    async def _run(self, run: ShardRun) -> None:
+        spec = run.spec
+        module = engine(spec.engine)
+        if module is None:
+            self._fail(run, f"engine {spec.engine!r} is not one this agent can run")
+            return
+        try:
+            run.progress = Progress(source=spec.source)
+            weights = await fetch(spec.source, download_dir(self.model_dirs, self.work_dir / "weights"), run.progress)
+            run.port = free_port()
+            cmd = module.command(spec, str(weights), run.port)
+        except (FetchError, NoGguf) as exc:
+            self._fail(run, str(exc))
+            return
+        run.state = "starting"
+        if not await self._start(run, cmd):
+            return
+        if module.serves_api(spec):
+            if not await self._probe(run, module.PROBE_PATHS):
+                return
+            run.endpoint = f"http://{self.advertise_host}:{run.port}"
+        run.state = "ready"
+        log.info("shard %s ready at %s", spec.id, run.endpoint or "(no API on this rank)")
+        code = await run.proc.wait()
+        self._fail(run, f"the engine exited with status {code}")
+
+    async def _start(self, run: ShardRun, cmd: list[str]) -> bool:
+        logs = self.work_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        run.log_path = logs / f"{run.spec.id}.log"
+        env = {**self.base_env, **run.spec.environment, **run.spec.distributed_env()}
+        try:
+            with run.log_path.open("ab") as out:
+                out.write(f"llmgw: starting {' '.join(cmd)}\n".encode())
+                out.flush()
+                run.proc = await asyncio.create_subprocess_exec(
+                    *cmd, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
+                )
+        except OSError as exc:
+            self._fail(run, f"cannot start {cmd[0]}: {exc.strerror or exc}")
+            return False
+        return True
+
+    async def _probe(self, run: ShardRun, paths: Sequence[str]) -> bool:
+        """Until the engine answers one of ``paths`` with 200; False when it exits or takes too long."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.start_timeout_s
+        async with httpx.AsyncClient(timeout=5) as client:
+            while loop.time() < deadline:
+                if run.proc.returncode is not None:
+                    self._fail(run, f"the engine exited with status {run.proc.returncode} while starting")
+                    return False
+                for path in paths:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await client.get(f"http://127.0.0.1:{run.port}{path}")).status_code == 200:
+                            return True
+                await asyncio.sleep(PROBE_INTERVAL_S)
+        self._fail(run, f"the engine did not answer within {self.start_timeout_s:.0f} s")
+        await self._terminate(run)
+        return False
+
+    async def _stop(self, run: ShardRun) -> None:
+        run.state = "stopping"
+        if run.task is not None and not run.task.done() and (run.proc is None or run.proc.returncode is not None):
+            run.task.cancel()  # still fetching: nothing to signal
+        await self._terminate(run)
+        if run.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await run.task
+        self.runs.pop(run.spec.id, None)
+
+    async def _terminate(self, run: ShardRun) -> None:
+        """SIGTERM to the engine's process group, SIGKILL after the stop timeout."""
+        proc = run.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.stop_timeout_s)
+        except TimeoutError:
+            log.warning("shard %s did not stop in %.0f s: killing it", run.spec.id, self.stop_timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
