@@ -179,15 +179,15 @@ def heartbeat(request):
     problems = heartbeat_problems(body)
     if problems:
         raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
-    with transaction.atomic():
-        came_back = ingest.ingest_heartbeat(node, body, timezone.now())
-        if isinstance(body.get("shards"), list):
+    came_back = ingest.ingest_heartbeat(node, body, timezone.now())
+    if body.get("shards"):
+        # Shard rows and their replicas change together or not at all.
+        with transaction.atomic():
             applied = shard_status.apply(node.pk, body["shards"])
-            if applied.wants_reconcile:
-                signals.shards_changed(node.name)
-        if came_back:
-            signals.node_state_changed(node.name)
+        if applied.wants_reconcile:
+            signals.shards_changed(node.name)
     if came_back:
+        signals.node_state_changed(node.name)  # it may take work again
         live.publish(
             [live.fleet_group(), live.node_group(node.pk)],
             live.Update(kind="node.reachable", subject=node.name, data={"node": node.pk}),
