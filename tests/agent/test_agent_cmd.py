@@ -29,9 +29,12 @@ def test_settings_come_from_flags_then_environment_then_the_file(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "words"),
-    [("server: ftp://x\n", "http:// or https://"), ("server: http://x\nfabrics: [mlx5_0]\n", "map each fabric name"),
-
-     (": : :\n", "not valid YAML"), ("- a\n", "mapping of settings")],
+    [
+        ("server: ftp://x\n", "http:// or https://"),
+        ("server: http://x\nfabrics: [mlx5_0]\n", "map each fabric name"),
+        (": : :\n", "not valid YAML"),
+        ("- a\n", "mapping of settings"),
+    ],
 )
 def test_bad_settings_say_what_is_wrong(tmp_path, text, words):
     config = tmp_path / "agent.yaml"
@@ -42,9 +45,25 @@ def test_bad_settings_say_what_is_wrong(tmp_path, text, words):
 
 def agent(server: Server, state, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    return subprocess.Popen([sys.executable, "-m", "llmgw.cli", "agent", "--server", f"http://{server.admin}",
-                             "--state-dir", str(state), "--name", "this-machine", "--no-nvml", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmgw.cli",
+            "agent",
+            "--server",
+            f"http://{server.admin}",
+            "--state-dir",
+            str(state),
+            "--name",
+            "this-machine",
+            "--no-nvml",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for(check, timeout=30.0):
@@ -88,7 +107,11 @@ def test_the_agent_registers_and_keeps_its_identity(tmp_path):
 
 
 def test_an_unregistered_agent_without_a_join_token_stops_with_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "llmgw.cli", "agent", "--server", "http://127.0.0.1:9",
-                             "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "llmgw.cli", "agent", "--server", "http://127.0.0.1:9", "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert "not registered yet" in result.stderr and "Traceback" not in result.stderr

@@ -26,7 +26,6 @@ class FakePlane:
         self._check("report")
         return {"shards": [{"id": "r-0"}]}
 
-
     async def heartbeat(self, beat):
         self._check("heartbeat")
         if self.revoked:
