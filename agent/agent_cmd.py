@@ -29,6 +29,7 @@ from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
 from agent.supervisor.supervisor import Supervisor
+from agent.scan import run_scan
 
 log = logging.getLogger("llmgw.agent")
 DEFAULT_CONFIG = Path("/etc/llmgw/agent.yaml")
@@ -185,6 +186,7 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         make_heartbeat=heartbeat,
         on_registered=lambda reg: save_credential(settings.state_dir, settings.server, reg),
         on_shards=supervisor.apply,
+        on_scan=run_scan,
     )
     try:
         await loop.run(stop)

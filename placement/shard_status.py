@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.db import transaction
 from django.db.models import F
 
 from catalog.models import CatalogModel
+from placement import signals
 from placement.models import Replica, ReplicaState, Shard, ShardState
 
 # What an agent may report, and what it means for the shard row.
@@ -152,3 +154,19 @@ def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> N
             # Failed before it ever served: one more failed start in a row.
             CatalogModel.objects.filter(pk=replica.model_id).update(failure_streak=F("failure_streak") + 1)
         result.failed.append(replica.id)
+
+
+def follow(reports: list[tuple[int, str, list]], came_back: list[tuple[int, str]] = ()) -> None:
+    """The heartbeat desk's hook, once per flush: shard lists that changed, and nodes that came back.
+
+    Each node's shards are applied in a transaction of their own, so one odd
+    report cannot hold back the others; a failure, a ready replacement or a
+    node back in the fleet asks for a reconcile soon.
+    """
+    for pk, name, entries in reports:
+        with transaction.atomic():
+            applied = apply(pk, entries)
+        if applied.wants_reconcile:
+            signals.shards_changed(name)
+    for _pk, name in came_back:
+        signals.node_state_changed(name)
