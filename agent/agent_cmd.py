@@ -28,8 +28,8 @@ from agent.client import ControlPlane, Registration
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
-from agent.supervisor.supervisor import Supervisor
 from agent.scan import run_scan
+from agent.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("llmgw.agent")
 DEFAULT_CONFIG = Path("/etc/llmgw/agent.yaml")
