@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from placement.models import Replica, Shard
+from placement.models import Demand, PlacementExplanation, Replica, Shard
 
 
 class ShardInline(admin.TabularInline):
@@ -28,6 +28,7 @@ class ReplicaAdmin(admin.ModelAdmin):
         "endpoint",
         "created_at",
         "last_used_at",
+        "stale",
     ]
     list_filter = ["state", "model", "nvlink_domain"]
     list_select_related = ["model", "nvlink_domain"]
@@ -53,3 +54,35 @@ class ShardAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+class ReadOnly(admin.ModelAdmin):
+    """Written by the reconciler (or the gateway) only; the admin shows them."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(PlacementExplanation)
+class PlacementExplanationAdmin(ReadOnly):
+    list_display = ["model", "placed", "computed_at", "reasons", "stale_replicas"]
+    list_filter = ["placed"]
+    list_select_related = ["model"]
+    search_fields = ["model__name"]
+
+    @admin.display(description="rejections")
+    def reasons(self, obj: PlacementExplanation) -> int:
+        return len(obj.rejections)
+
+    @admin.display(description="stale replicas")
+    def stale_replicas(self, obj: PlacementExplanation) -> str:
+        return ", ".join(s.get("replica", "?") for s in obj.stale) or "-"
+
+
+@admin.register(Demand)
+class DemandAdmin(ReadOnly):
+    list_display = ["model", "requested_at"]
+    list_select_related = ["model"]

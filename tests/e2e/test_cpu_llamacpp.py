@@ -161,11 +161,21 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         rid, endpoint = wait_ready(inv, agent, tmp_path)
         assert endpoint.startswith("http://127.0.0.1:")
 
-        answer = httpx.post(
-            f"{endpoint}/v1/chat/completions",
-            json={"model": "smollm2", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]},
-            timeout=60,
-        )
+        try:
+            answer = httpx.post(
+                f"{endpoint}/v1/chat/completions",
+                json={"model": "smollm2", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]},
+                timeout=60,
+            )
+        except httpx.TransportError as exc:
+            engine_log = next((tmp_path / "agent-state" / "shards" / "logs").glob("*.log")).read_text()
+            pytest.fail(
+                f"the engine dropped the request ({exc}); a llama-cpp-python built for another CPU dies with "
+                "SIGILL here: rebuild it with CMAKE_ARGS='-DGGML_NATIVE=OFF'.\nengine log tail:\n"
+                + "\n".join(engine_log.splitlines()[-15:])
+                + "\nagent log tail:\n"
+                + (tmp_path / "agent.log").read_text()[-2000:]
+            )
         assert answer.status_code == 200, answer.text
         assert answer.json()["choices"][0]["message"]["content"].strip()
 
