@@ -124,14 +124,31 @@ def apply(node_id: int, entries: list[dict]) -> Applied:
     return result
 
 
+def _rank0_endpoint(replica: Replica, shards: list[Shard]) -> str | None:
+    """Rank 0's endpoint as its own node last reported it.
+
+    The last shard of a multi-node replica to become ready is often not rank 0,
+    whose node said where it answers in an earlier heartbeat.
+    """
+    first = next((s for s in shards if s.rank == 0), None)
+    if first is None:
+        return None
+    for entry in first.node.shard_status or []:
+        if isinstance(entry, dict) and _entry_key(entry) == (replica.id, 0) and entry.get("endpoint"):
+            return str(entry["endpoint"])
+    return None
+
+
 def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> None:
-    shards = list(replica.shards.all())
+    shards = list(replica.shards.select_related("node"))
     new = replica_state(shards)
     fields: dict = {}
     if new != replica.state:
         fields["state"] = new
-    if new == ReplicaState.READY and endpoint and endpoint != replica.endpoint:
-        fields["endpoint"] = str(endpoint)[:300]
+    if new == ReplicaState.READY:
+        endpoint = endpoint or _rank0_endpoint(replica, shards)
+        if endpoint and endpoint != replica.endpoint:
+            fields["endpoint"] = str(endpoint)[:300]
     if new == ReplicaState.FAILED:
         error = next((f"{s.node.name}: {s.error}" for s in shards if s.state == ShardState.FAILED), "")
         if error != replica.error:

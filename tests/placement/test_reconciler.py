@@ -15,7 +15,7 @@ from catalog.models import CatalogModel, Profile
 from inventory.models import Node
 from placement.models import PlacementExplanation, Shard
 from placement.reconciler import reconcile
-from tests.placement.dbfleet import fleet, gpu_profile, live, model, nodes_of, rereport
+from tests.placement.dbfleet import fleet, gpu_profile, live, model, nodes_of, register, rereport
 
 pytestmark = pytest.mark.django_db
 
@@ -102,11 +102,8 @@ def test_a_multi_node_replica_never_spans_two_fabrics():
 
     assert live("two-boxes") == []
     assert not PlacementExplanation.objects.get(model__name="two-boxes").placed
-    # The same model fits once both boxes are on one fabric.
+    # The same model fits once both boxes are on one fabric: hgx-001 is recabled to the north.
     Node.objects.filter(name="hgx-001").delete()
-    F.build_fleet("h100-hgx:2@north")
-    from tests.placement.dbfleet import register
-
     register(F.build_fleet("h100-hgx:2@north")[1])
     reconcile()
     (placed,) = live("two-boxes")

@@ -249,3 +249,19 @@ def test_the_task_holds_its_lock_and_skips_when_another_holds_it():
     done = tasks.reconcile()
     assert done["created"] == 1
     assert tasks.reconcile()["created"] == 0
+
+
+def test_a_multi_node_replica_is_ready_when_every_rank_is_with_rank_zeros_endpoint():
+    fleet("h100-hgx:2@north")
+    model("wide", gpu_profile("h100-80g", gpus=8, nodes=2))
+    reconcile()
+    (r,) = live("wide")
+    first, second = Shard.objects.filter(replica=r).select_related("node").order_by("rank")
+    heartbeat(first.node.name, [shard_entry(r, "ready", 0, endpoint="http://10.0.0.1:8000")])
+    assert Replica.objects.get(id=r.id).state == ReplicaState.STARTING
+    heartbeat(second.node.name, [shard_entry(r, "fetching", 1, fetch={"source": "hf://x/y", "bytes_done": 5})])
+    shard = Shard.objects.get(pk=second.pk)
+    assert (shard.fetch_done, shard.fetch_total, shard.fetch_percent) == (5, None, None), "bytes only"
+    heartbeat(second.node.name, [shard_entry(r, "ready", 1)])
+    r.refresh_from_db()
+    assert r.state == ReplicaState.READY and r.endpoint == "http://10.0.0.1:8000"
