@@ -34,6 +34,8 @@ from agent.doctor import probe
 from agent.doctor.checks import FAIL, OK, WARN, Check, Facts, run_checks, worst
 
 STYLE = {OK: "green", WARN: "yellow", FAIL: "bold red"}
+# How tools are run; a test puts a fake machine's tools here.
+RUN = run_tool
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,12 +70,12 @@ def kernel_log(args: argparse.Namespace, src: Sources) -> str | None:
         return args.kernel_log.read_text(errors="replace")
     if src.replaying_gpus:
         return None  # a live kernel log says nothing about a captured machine's cards
-    return run_tool(["dmesg"]).stdout
+    return RUN(["dmesg"]).stdout
 
 
 def gather(args: argparse.Namespace, config: dict[str, Any]) -> tuple[dict[str, Any], Facts]:
     src = sources(args, config)
-    report = build_report(src, kernel_log=kernel_log(args, src))
+    report = build_report(src, run=RUN, kernel_log=kernel_log(args, src))
     real, missing = probe.model_dirs(src.model_dirs)
     reach = None
     if not args.offline:
