@@ -37,7 +37,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 from rest_framework import exceptions
 
@@ -274,4 +274,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return _refusal(str(exc.detail))
     if found is None:
         return _refusal("send an API token as 'Authorization: Bearer <token>' (a read-only one will do)")
-    return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)
+    # The classic text format, which every Prometheus version reads (the output uses no newer feature).
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE_PLAIN_0_0_4)

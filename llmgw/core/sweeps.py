@@ -7,8 +7,8 @@ What a sweep looks for (kind: subject):
 - ``imex_down``: a node — its cards are in (or name) a domain, but IMEX there is not up;
 - ``domain_split_fabrics``: an NVLink domain — its nodes sit on two or more
   InfiniBand fabrics (inventory.fabrics.analyze + fabric_of);
-- ``sm_changed``: a physical fabric — its master subnet manager changed
-  (the analysis' SM problems: recently, or flapping);
+- ``sm_changed``: a fabric (its declared name, else its physical key) — its
+  master subnet manager changed (the analysis' SM problems: recently, or flapping);
 - ``gpu_unhealthy``: ``<node>/gpu <label>`` — a card or MIG instance with health problems;
 - ``node_silent``: a node — unreachable past the grace, or lost;
 - ``model_parked``: a model — parked after failing every start.
@@ -244,7 +244,9 @@ def sm_changed(fleet: Fleet, now: datetime) -> list[Found]:
         changes = [e for e in (physical.sms if physical else []) if e.kind == "changed"]
         recent = [e for e in changes if timedelta(0) <= now - e.at <= fabrics.SM_FLAP_WINDOW]
         severity = CRITICAL if len(recent) >= fabrics.SM_FLAP_CHANGES else WARNING
-        found.append(Found("sm_changed", problem.physical, problem.message, severity))
+        # The physical fabric's key is its master SM's GUID, which is what changes: name the finding after the
+        # fabric's declared name where it has one, so a failover and its return are one finding, not two.
+        found.append(Found("sm_changed", problem.fabric or problem.physical, problem.message, severity))
     return found
 
 
