@@ -15,7 +15,9 @@ What a sweep looks for (kind: subject):
 
 How one sweep runs:
 
-1. Load the fleet once into plain data (:func:`load`), in a fixed number of queries.
+1. Load the fleet once into plain data (:func:`load`), in a fixed number of
+   queries; the fabric analysis is the one the API and placement read
+   (inventory.fabric_inventory).
 2. Apply the rules (:func:`find`), pure functions of that data.
 3. Record (:func:`record`), in one transaction: a finding not open yet is
    created; an open one gets its ``last_seen``, message and severity
@@ -33,7 +35,8 @@ from django.db import transaction
 
 from catalog.models import CatalogModel
 from inventory import fabrics
-from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange, mig_label
+from inventory.fabric_inventory import analyze_inventory
+from inventory.models import GPU, Node, NVLinkDomain, mig_label
 from llmgw.core.models import Finding, Severity
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
@@ -91,23 +94,6 @@ def _claimed(uuid: str, clique: int | None) -> str:
     return "" if not uuid.replace("0", "").replace("-", "").strip() else f"{uuid}/{clique or 0}"
 
 
-def _ports() -> list[fabrics.PortFacts]:
-    rows = IBPort.objects.values_list(
-        "node__name", "hca", "port", "state", "phys_state", "rate_gbps", "link_layer", "node_guid", "port_guid",
-        "sm_lid", "sm_guid", "sm_error", "network", "fabric", "counters", "previous_counters",
-    )  # fmt: skip
-    return [fabrics.PortFacts(*row[:13], declared_fabric=row[13], counters=row[14], previous_counters=row[15])
-            for row in rows]  # fmt: skip
-
-
-def _sm_changes(now: datetime) -> list[fabrics.SMChange]:
-    since = now - fabrics.SM_RECENT - fabrics.SM_EVENT_GAP
-    rows = SubnetManagerChange.objects.filter(at__gte=since).values_list(
-        "node__name", "hca", "port", "old_sm_guid", "new_sm_guid", "at"
-    )
-    return [fabrics.SMChange(n, h, p, old or None, new or None, at) for n, h, p, old, new, at in rows]
-
-
 def load(now: datetime) -> Fleet:
     fleet = Fleet()
     for name, reachable, lost, since, imex in Node.objects.values_list(
@@ -125,9 +111,7 @@ def load(now: datetime) -> Fleet:
         fleet.gpus.append(
             GpuFact(node, index, parent is None, state, keys.get(domain_id), _claimed(uuid, clique), tuple(health))
         )
-    ports = _ports()
-    if ports:
-        fleet.fabric_report = fabrics.analyze(ports, _sm_changes(now), now)
+    fleet.fabric_report = analyze_inventory(now)
     fleet.parked = list(
         CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
     )
