@@ -82,7 +82,6 @@ def gather(args: argparse.Namespace, config: dict[str, Any]) -> tuple[dict[str, 
         state_dir = args.state_dir or Path(config.get("state_dir") or default_state_dir())
         reach = probe.reach_control_plane(state_dir, args.server or None)
     facts = Facts(
-        replaying=src.replaying_gpus,
         use_nvml=src.use_nvml,
         nvidia_pci_devices=None if src.replaying_gpus else probe.nvidia_pci_devices(src.sysfs_root),
         model_dirs=real,

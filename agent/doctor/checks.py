@@ -74,7 +74,6 @@ class Facts:
     control plane was not tried.
     """
 
-    replaying: bool = False
     use_nvml: bool = True
     nvidia_pci_devices: int | None = None
     model_dirs: tuple[str, ...] = ()
