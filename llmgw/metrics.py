@@ -30,6 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.http import HttpRequest, HttpResponse
@@ -42,6 +43,7 @@ from prometheus_client.registry import Collector
 from rest_framework import exceptions
 
 from catalog.models import CatalogModel
+from inventory.ingest import is_zero_uuid
 from inventory.models import GPU, Node, NVLinkDomain, mig_label
 from llmgw.core import histograms
 from llmgw.core.auth import BearerTokenAuthentication
@@ -92,8 +94,18 @@ def observed_in_this_run() -> bool:
 # --- the fleet -----------------------------------------------------------------------------------------------------
 
 
-def is_zero_uuid(value: str) -> bool:
-    return not value.replace("0", "").replace("-", "").strip()
+class GpuRow(NamedTuple):
+    node_id: int
+    index: int
+    parent_index: int | None
+    gpu_class: str
+    sick: bool
+    fabric_state: str
+    fabric_status: str
+    cluster_uuid: str
+    clique_id: int | None
+    domain_id: int | None
+    fabric_degraded: bool | None
 
 
 def claimed_domain(uuid: str, clique: int | None) -> str:
@@ -126,12 +138,8 @@ class FleetCollector(Collector):
         domains = {pk: f"{u}/{c}" for pk, u, c in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")}
         # Whether a GPU is healthy is asked of the database: decoding 10,000 health lists costs more than the rest.
         sick = ExpressionWrapper(~Q(health=[]), output_field=BooleanField())
-        gpus = list(
-            GPU.objects.annotate(sick=sick).values_list(
-                "node_id", "index", "parent_index", "gpu_class", "sick", "fabric_state", "fabric_status",
-                "cluster_uuid", "clique_id", "domain_id", "fabric_degraded",
-            )
-        )  # fmt: skip
+        rows = GPU.objects.annotate(sick=sick).values_list(*GpuRow._fields)
+        gpus = [GpuRow._make(row) for row in rows]
         yield from self._nvlink(gpus, names, domains)
         yield from self._nodes(nodes, gpus)
         yield from self._gpus(gpus)
@@ -151,18 +159,20 @@ class FleetCollector(Collector):
             "1 when the card's NVLink bandwidth is degraded (joined, but amber).",
             labels=["node", "gpu", "domain"],
         )
-        for node_id, index, parent, _cls, _h, state, status, uuid, clique, domain_id, is_degraded in gpus:
-            claimed = claimed_domain(uuid, clique)
-            if parent is not None or not in_nvlink_metrics(state, status, claimed, domain_id is not None):
+        for g in gpus:
+            claimed = claimed_domain(g.cluster_uuid, g.clique_id)
+            if g.parent_index is not None or not in_nvlink_metrics(
+                g.fabric_state, g.fabric_status, claimed, g.domain_id is not None
+            ):
                 continue
-            labels = [names[node_id], mig_label(index), domains.get(domain_id, claimed)]
-            joined.add_metric(labels, 1.0 if domain_id is not None else 0.0)
-            degraded.add_metric(labels, 1.0 if is_degraded else 0.0)
+            labels = [names[g.node_id], mig_label(g.index), domains.get(g.domain_id, claimed)]
+            joined.add_metric(labels, 1.0 if g.domain_id is not None else 0.0)
+            degraded.add_metric(labels, 1.0 if g.fabric_degraded else 0.0)
         yield joined
         yield degraded
 
     def _nodes(self, nodes, gpus) -> Iterator[Metric]:
-        in_domain = {g[0] for g in gpus if g[9] is not None or claimed_domain(g[7], g[8])}
+        in_domain = {g.node_id for g in gpus if g.domain_id is not None or claimed_domain(g.cluster_uuid, g.clique_id)}
         up = GaugeMetricFamily("llmgw_node_up", "1 when the node answers its heartbeats.", labels=["node", "state"])
         age = GaugeMetricFamily(
             "llmgw_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"]
@@ -185,9 +195,9 @@ class FleetCollector(Collector):
         shards = Shard.objects.values_list("node_id", "gpu_indices")
         held = {(node_id, i) for node_id, indices in shards for i in indices or []}
         counts: Counter[tuple[str, str]] = Counter()
-        for node_id, index, _p, cls, sick, *_ in gpus:
-            state = "used" if (node_id, index) in held else "unhealthy" if sick else "free"
-            counts[(cls or "unknown", state)] += 1
+        for g in gpus:
+            state = "used" if (g.node_id, g.index) in held else "unhealthy" if g.sick else "free"
+            counts[(g.gpu_class or "unknown", state)] += 1
         family = GaugeMetricFamily(
             "llmgw_gpus",
             "GPUs (MIG instances counted as GPUs) by class: used (held by a shard), free, unhealthy.",

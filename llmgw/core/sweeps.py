@@ -38,6 +38,7 @@ from inventory import fabrics
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, Node, NVLinkDomain, mig_label
 from llmgw.core.models import Finding, Severity
+from llmgw.metrics import claimed_domain
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
 MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card
@@ -90,10 +91,6 @@ class Fleet:
 # --- loading (the only queries) -------------------------------------------------------------------------------------
 
 
-def _claimed(uuid: str, clique: int | None) -> str:
-    return "" if not uuid.replace("0", "").replace("-", "").strip() else f"{uuid}/{clique or 0}"
-
-
 def load(now: datetime) -> Fleet:
     fleet = Fleet()
     for name, reachable, lost, since, imex in Node.objects.values_list(
@@ -109,7 +106,9 @@ def load(now: datetime) -> Fleet:
     )
     for node, index, parent, state, domain_id, uuid, clique, health in rows:
         fleet.gpus.append(
-            GpuFact(node, index, parent is None, state, keys.get(domain_id), _claimed(uuid, clique), tuple(health))
+            GpuFact(
+                node, index, parent is None, state, keys.get(domain_id), claimed_domain(uuid, clique), tuple(health)
+            )
         )
     fleet.fabric_report = analyze_inventory(now)
     fleet.parked = list(
