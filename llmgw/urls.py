@@ -14,5 +14,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("llmgw.agentapi.urls")),
+    path("api/v1/", include("gateway.api")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
