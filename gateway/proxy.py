@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
 from gateway import admission, budgets, conf, errors, router, tokens
@@ -97,6 +98,25 @@ class Gateway:
 
     async def run_db(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.executor, _run, fn, args)
+
+    async def close(self) -> None:
+        """Write what is queued, then close the upstream client and every thread's connection."""
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
+        await self.writer.flush()
+        await self.writer.flush_touches()
+        await self.client.aclose()
+        threads = self.conf.db_threads
+        barrier = threading.Barrier(threads)
+
+        def close_mine() -> None:
+            # Each thread waits for the others, so every thread closes its own.
+            connections.close_all()
+            barrier.wait(timeout=10)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.executor, close_mine) for _ in range(threads)))
+        self.executor.shutdown(wait=True)
 
     # --- /v1/models ---------------------------------------------------------
 

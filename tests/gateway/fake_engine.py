@@ -149,16 +149,13 @@ class FakeEngine:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             b"cache-control: no-cache\r\n\r\n"
         )
-        hung_up = asyncio.ensure_future(reader.read(1))
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model")}
         base["object"] = "chat.completion.chunk" if chat else "text_completion"
         try:
             for i in range(b.tokens):
-                if b.token_delay_s:
-                    done, _ = await asyncio.wait({hung_up}, timeout=b.token_delay_s)
-                    if done:
-                        self.stats.cancelled += 1
-                        return False
+                if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
+                    self.stats.cancelled += 1
+                    return False
                 choice = {"index": 0, "finish_reason": "stop" if i == b.tokens - 1 else None}
                 if chat:
                     choice["delta"] = {"content": f"w{i} "} if i else {"role": "assistant", "content": "w0 "}
@@ -181,8 +178,20 @@ class FakeEngine:
         except ConnectionError:
             self.stats.cancelled += 1
             return False
-        finally:
-            hung_up.cancel()
+
+    @staticmethod
+    async def _hung_up(reader, writer, wait_s: float) -> bool:
+        """Wait ``wait_s``; True as soon as the client closes the connection.
+
+        Watched through the stream's end-of-file flag rather than a read, which
+        could swallow the first byte of the client's next request.
+        """
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if reader.at_eof() or writer.transport.is_closing():
+                return True
+            await asyncio.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        return reader.at_eof()
 
     @staticmethod
     def _chunk(writer, data: bytes) -> None:
