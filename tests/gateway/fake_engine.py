@@ -201,10 +201,8 @@ class FakeEngine:
     def _json(writer, status: int, obj) -> bool:
         data = json.dumps(obj).encode()
         reason = {200: "OK", 404: "Not Found"}.get(status, "Error")
-        writer.write(
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
+        head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+        writer.write(head.encode() + data)
         return True
 
 

@@ -82,12 +82,11 @@ async def call(
         if message["type"] == "http.response.start":
             answer.status = message["status"]
             answer.headers = {k.decode(): v.decode() for k, v in message["headers"]}
-        elif message["type"] == "http.response.body":
-            if message.get("body"):
-                answer.chunks.append((time.monotonic() - started, message["body"]))
-                bodies += 1
-                if disconnect_after_chunks is not None and bodies >= disconnect_after_chunks:
-                    incoming.put_nowait({"type": "http.disconnect"})
+        elif message["type"] == "http.response.body" and message.get("body"):
+            answer.chunks.append((time.monotonic() - started, message["body"]))
+            bodies += 1
+            if disconnect_after_chunks is not None and bodies >= disconnect_after_chunks:
+                incoming.put_nowait({"type": "http.disconnect"})
 
     await app(scope, receive, send)
     return answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 import types
 
 import pytest
@@ -127,6 +128,10 @@ def test_a_client_that_hangs_up_mid_stream_cancels_the_engine_and_is_still_recor
     answer = run(lambda app: call(app, CHAT, hello("llama", stream=True), key=secret, disconnect_after_chunks=3))
 
     assert len(answer.chunks) == 3
+    deadline = time.monotonic() + 3
+    while engine.stats.cancelled == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # The engine saw its connection closed and stopped generating.
     assert engine.stats.cancelled == 1 and engine.stats.completed == 0
     record = UsageRecord.objects.get()
     assert (record.status, record.outcome, record.counted_by) == (499, "client_disconnected", "llmgw")
