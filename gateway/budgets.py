@@ -75,7 +75,8 @@ def spent_now(budget: Budget, now: datetime) -> int:
 
 def describe(budget: Budget) -> str:
     scope = {Scope.ORG: "organisation", Scope.TEAM: "team", Scope.KEY: "key"}[budget.scope]
-    return f"the {budget.period}ly budget of {scope} {budget.owner_name!r}"
+    every = {Period.DAY: "daily", Period.WEEK: "weekly", Period.MONTH: "monthly"}[budget.period]
+    return f"the {every} budget of {scope} {budget.owner_name!r}"
 
 
 def _refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refusal:
