@@ -23,9 +23,6 @@ from gateway import conf, errors
 from gateway.proxy import ENDPOINTS, Gateway
 
 log = logging.getLogger("llmgw.gateway")
-# httpx logs every upstream request at INFO: a line per request is the
-# gateway's access log's job, and writing it costs a tenth of a millisecond.
-logging.getLogger("httpx").setLevel(logging.WARNING)
 JSON = [(b"content-type", b"application/json")]
 
 

@@ -106,7 +106,8 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
 
     One conditional UPDATE per budget, in id order (as settle goes), so two
     transactions touching the same budgets never wait on each other in a
-    circle.
+    circle. One budget (the common case) is one statement, atomic on its own,
+    without a transaction around it: one round trip instead of three.
     """
     if not budget_ids:
         return None
@@ -119,6 +120,10 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
         f"WHERE id = %s AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %s <= amount_micros"
     )
     failed = None
+    if len(budget_ids) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*c, *c, *c, estimate, budget_ids[0], *c, *c, estimate])
+            return None if cursor.rowcount == 1 else _refusal(budget_ids, estimate, now)
     with transaction.atomic(), connection.cursor() as cursor:
         for budget_id in sorted(budget_ids):
             cursor.execute(sql, [*c, *c, *c, estimate, budget_id, *c, *c, estimate])

@@ -12,11 +12,12 @@ Records counted that way say so (``counted_by = llmgw``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import httpx
+from gateway.upstream import UpstreamError
 
 TOKENIZE_TIMEOUT_S = 2.0
 CHARS_PER_TOKEN = 4
@@ -142,20 +143,25 @@ class StreamMeter:
         return True
 
 
-async def count_prompt(client: httpx.AsyncClient, endpoint: str, model: str, text: str) -> int:
-    """The prompt's tokens by the engine's ``/tokenize`` (vLLM, llama.cpp), else an estimate."""
+async def count_prompt(client, endpoint: str, model: str, text: str) -> int:
+    """The prompt's tokens by the engine's ``/tokenize`` (vLLM, llama.cpp), else an estimate.
+
+    ``client`` is a gateway.upstream.Client.
+    """
+    body = json.dumps({"model": model, "prompt": text, "content": text}).encode()
+
+    async def ask() -> dict | None:
+        answer = await client.post(f"{endpoint}/tokenize", body)
+        data = await answer.read()
+        return json.loads(data) if answer.status == 200 else None
+
     try:
-        answer = await client.post(
-            f"{endpoint}/tokenize",
-            json={"model": model, "prompt": text, "content": text},
-            timeout=TOKENIZE_TIMEOUT_S,
-        )
-        if answer.status_code == 200:
-            data = answer.json()
-            if isinstance(data.get("count"), int):
-                return data["count"]
-            if isinstance(data.get("tokens"), list):
-                return len(data["tokens"])
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
+        data = await asyncio.wait_for(ask(), TOKENIZE_TIMEOUT_S)
+    except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError, UpstreamError):
+        data = None
+    if isinstance(data, dict):
+        if isinstance(data.get("count"), int):
+            return data["count"]
+        if isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
     return estimate(text)
