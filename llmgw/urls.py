@@ -16,5 +16,6 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("llmgw.agentapi.urls")),
+    path("api/v1/", include("gateway.api")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
 ]
