@@ -10,7 +10,6 @@ import os
 
 import dj_database_url
 
-
 from llmgw import config as llmgw_config
 
 CONFIG = llmgw_config.load()
