@@ -259,21 +259,3 @@ def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
     if "ib_ports" in report:
         _sync_ports(node, report["ib_ports"], now, result)
     return result
-
-
-def ingest_heartbeat(node: Node, beat: dict, now: datetime) -> bool:
-    """Store a light heartbeat: liveness, load, shard states. Returns True when the node came back.
-
-    One UPDATE: this runs every few seconds for every node, so it must cost
-    the database as little as anything can.
-    """
-    fields: dict[str, Any] = {"last_seen": now}
-    if "load" in beat:
-        fields["load"] = beat["load"]
-    if "shards" in beat:
-        fields["shard_status"] = beat["shards"]
-    came_back = not node.reachable or node.lost
-    if came_back:
-        fields.update(reachable=True, lost=False, unreachable_since=None)
-    Node.objects.filter(pk=node.pk).update(**fields)
-    return came_back

@@ -12,14 +12,30 @@ from django.core.asgi import get_asgi_application
 django_app = get_asgi_application()
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from llmgw.agentapi import fast  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
+
+class HeartbeatFastLane:
+    """Light heartbeats answered here; everything else goes on to Django and Channels."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if fast.wants(scope):
+            return await fast.heartbeat(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 application = ListenerRouter(
-    ProtocolTypeRouter(
-        {
-            "http": django_app,
-            "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
-        }
+    HeartbeatFastLane(
+        ProtocolTypeRouter(
+            {
+                "http": django_app,
+                "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+            }
+        )
     ),
     gateway_port=settings.LLMGW_GATEWAY_ADDR.port,
 )

@@ -7,26 +7,34 @@ from placement.models import ReplicaState, Shard
 
 def for_node(node_id: int) -> list[dict]:
     """The shards ``node_id`` should be running now; the agent stops any others."""
-    shards = (
-        Shard.objects.filter(node_id=node_id)
-        .exclude(replica__state=ReplicaState.STOPPING)
-        .select_related("replica__model", "replica__profile")
-        .order_by("replica_id", "rank")
-    )
-    out = []
-    for shard in shards:
-        replica, profile = shard.replica, shard.replica.profile
-        out.append(
-            {
-                "id": f"{replica.id}-{shard.rank}",
-                "replica": replica.id,
-                "model": replica.model.name,
-                "source": replica.model.source,
-                "rank": shard.rank,
-                "gpus": shard.gpu_indices,
-                "env": shard.env,
-                "engine": profile.engine if profile else None,
-                "engine_args": profile.engine_args if profile else [],
-            }
-        )
-    return out
+    return for_nodes([node_id]).get(node_id, [])
+
+
+def for_nodes(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
+    """The shards each node should run, in one query; every node when ``node_ids`` is None.
+
+    The heartbeat desk keeps this whole table per process, refreshed each
+    flush, so answering a heartbeat never queries the database.
+    """
+    shards = Shard.objects.exclude(replica__state=ReplicaState.STOPPING)
+    if node_ids is not None:
+        shards = shards.filter(node_id__in=node_ids)
+    table: dict[int, list[dict]] = {}
+    for shard in shards.select_related("replica__model", "replica__profile").order_by("replica_id", "rank"):
+        table.setdefault(shard.node_id, []).append(_describe(shard))
+    return table
+
+
+def _describe(shard: Shard) -> dict:
+    replica, profile = shard.replica, shard.replica.profile
+    return {
+        "id": f"{replica.id}-{shard.rank}",
+        "replica": replica.id,
+        "model": replica.model.name,
+        "source": replica.model.source,
+        "rank": shard.rank,
+        "gpus": shard.gpu_indices,
+        "env": shard.env,
+        "engine": profile.engine if profile else None,
+        "engine_args": profile.engine_args if profile else [],
+    }

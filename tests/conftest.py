@@ -18,5 +18,7 @@ if not os.environ.get("LLMGW_TEST_SQLITE"):
         "LLMGW_DATABASE_URL",
         os.environ.get("LLMGW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/llmgw"),
     )
+# Heartbeats queued by the fast lane are flushed by the tests themselves.
+os.environ.setdefault("LLMGW_HEARTBEAT_FLUSHER", "manual")
 os.environ.setdefault("LLMGW_ADMIN_ADDR", "127.0.0.1:18000")
 os.environ.setdefault("LLMGW_GATEWAY_ADDR", "127.0.0.1:18080")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from inventory.models import JoinToken, Node
+from llmgw.agentapi.limits import REVOKED, SEND_BEARER
 from llmgw.core.tokens import hash_token
 
 
@@ -19,7 +20,7 @@ def bearer(request) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
-        raise Refused(401, "send the credential as 'Authorization: Bearer <token>'")
+        raise Refused(401, SEND_BEARER)
     return secret.strip()
 
 
@@ -35,5 +36,6 @@ def check_join_token(secret: str) -> JoinToken:
 def node_for_credential(secret: str) -> Node:
     node = Node.objects.filter(credential_digest=hash_token(secret)).first()
     if node is None:
-        raise Refused(401, "this node credential is unknown or was revoked; register again with a join token")
+        raise Refused(401, REVOKED)
+
     return node

@@ -23,27 +23,30 @@ from inventory import ingest
 from inventory.models import Node
 from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
+from llmgw.agentapi.desk import desk
+from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
 from llmgw.core.tokens import hash_token, new_token
 from placement import assignments
 
 log = logging.getLogger(__name__)
-
-REPORT_LIMIT = 2 * 1024 * 1024
-HEARTBEAT_LIMIT = 256 * 1024
 
 
 def error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-def read_json(request, limit: int):
-    """The body as JSON, refusing what is too large before reading it all."""
+def check_length(request, limit: int) -> None:
     length = request.META.get("CONTENT_LENGTH") or ""
     if length.isdigit() and int(length) > limit:
-        raise Refused(413, f"the body is {int(length)} bytes; at most {limit} are accepted here")
+        raise Refused(413, too_large(int(length), limit))
+
+
+def read_json(request, limit: int):
+    """The body as JSON, refusing what is too large before reading it all."""
+    check_length(request, limit)
     body = request.read(limit + 1)
     if len(body) > limit:
-        raise Refused(413, f"the body is over {limit} bytes, the most accepted here")
+        raise Refused(413, too_large(None, limit))
     try:
         return json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -140,6 +143,7 @@ def register(request):
             node.save(update_fields=["credential_digest", "last_seen"])
         if report is not None:
             publish_changes(node, ingest.ingest_report(node, report, now))
+    desk.remember(node)
     if created:
         transaction.on_commit(
             lambda: live.publish(
@@ -164,8 +168,10 @@ def report(request):
     body = read_json(request, REPORT_LIMIT)
     check_report(body)
     result = ingest.ingest_report(node, body, timezone.now())
+    desk.remember(node)
     if not result.unchanged:
         publish_changes(node, result)
+
     return JsonResponse(
         {"unchanged": result.unchanged, "changed": result.changed, "shards": assignments.for_node(node.pk)}
     )
@@ -173,18 +179,26 @@ def report(request):
 
 @refusals
 def heartbeat(request):
-    """A light heartbeat; answers the shards to run and whether a full report is wanted."""
-    node = node_for_credential(bearer(request))
+    """A light heartbeat; answers the shards to run and whether a full report is wanted.
+
+    The same checks and answers as the fast lane (fast.py), which serves this
+    path under ``llmgw serve``; here the beat is written at once rather than
+    at the next flush, and the shard list is read fresh.
+    """
+    check_length(request, HEARTBEAT_LIMIT)
+    secret = bearer(request)
     body = read_json(request, HEARTBEAT_LIMIT)
     problems = heartbeat_problems(body)
     if problems:
         raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
-    came_back = ingest.ingest_heartbeat(node, body, timezone.now())
-    if came_back:
+    ref = desk.lookup(secret)
+    if ref is None:
+        raise Refused(401, REVOKED)
+    answer = desk.accept(ref, body, timezone.now())
+    for pk, name in desk.flush().came_back:
         live.publish(
-            [live.fleet_group(), live.node_group(node.pk)],
-            live.Update(kind="node.reachable", subject=node.name, data={"node": node.pk}),
+            [live.fleet_group(), live.node_group(pk)],
+            live.Update(kind="node.reachable", subject=name, data={"node": pk}),
         )
-    digest = body.get("report_digest")
-    send_report = not node.report_digest or (digest is not None and digest != node.report_digest)
-    return JsonResponse({"shards": assignments.for_node(node.pk), "send_report": send_report})
+    answer["shards"] = assignments.for_node(ref.pk)
+    return JsonResponse(answer)

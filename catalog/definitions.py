@@ -1,0 +1,286 @@
+"""A model's definition as operators write it — in YAML, in JSON to the API — read and checked.
+
+Pure: a dict in, a :class:`ModelSpec` and a list of problems out. Problems are
+sentences an operator can act on, each naming the field at fault; an unknown
+field is a problem too, because a misspelt ``profils:`` silently ignored is a
+model that never runs.
+
+    name: llama-70b
+    description: general chat, long context
+    source: hf://meta-llama/Llama-3.1-70B-Instruct
+    aliases: [llama]
+    fallbacks: [llama-8b]
+    scaling: {min: 1, max: 4, idle_timeout: 30m}     # min 0 = on demand
+    profiles:                                        # tried in order
+      - {name: nvl, engine: vllm, gpu_class: gb200-185g, gpus: 4, nodes: 2, tp: 8, pp: 1}
+      - {name: cpu, engine: llamacpp, gpu_class: cpu, memory_gb: 8, gpus: 0, nodes: 1, tp: 1, pp: 1}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog import rules
+
+MODEL_FIELDS = {"name", "description", "source", "aliases", "fallbacks", "scaling", "profiles"}
+SCALING_FIELDS = {"min", "max", "idle_timeout"}
+PROFILE_FIELDS = {"name", "engine", "gpu_class", "memory_gb", "gpus", "nodes", "tp", "pp", "pool", "engine_args", "env"}
+DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+SOURCE_SCHEMES = ("hf://", "file://", "https://", "http://")
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    name: str
+    engine: str
+    gpu_class: str
+    gpus: int = 1
+    nodes: int = 1
+    tp: int = 1
+    pp: int = 1
+    memory_gb: float | None = None
+    pool: str = ""
+    engine_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A checked definition. ``idle_timeout_s`` None means replicas are never scaled down for idleness."""
+
+    name: str
+    description: str = ""
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+    fallbacks: tuple[str, ...] = ()
+    min_replicas: int = 1
+    max_replicas: int = 1
+    idle_timeout_s: float | None = None
+    profiles: tuple[ProfileSpec, ...] = field(default_factory=tuple)
+
+
+def parse_duration(value: Any) -> float | None:
+    """``30m``, ``1h30m``, ``45s`` or a number of seconds; None when it is none of those."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value >= 0 else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    match = DURATION_RE.match(text)
+    if not match or not any(match.groups()):
+        return None
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+def format_duration(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs else "")
+    return text or "0s"
+
+
+def _int(value: Any, where: str, problems: list[str], default: int, low: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{where} must be a whole number, not {value!r}")
+        return default
+    if value < low:
+        problems.append(f"{where} must be {low} or more, not {value}")
+    return value
+
+
+def _str(value: Any, where: str, problems: list[str]) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        problems.append(f"{where} must be text, not {value!r}")
+        return ""
+    return value.strip()
+
+
+def _names(value: Any, where: str, problems: list[str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.append(f"{where} must be a list of names")
+        return ()
+    names = tuple(v.strip() for v in value)
+    for name in names:
+        problem = rules.name_problem(where.rstrip("s"), name)
+        if problem:
+            problems.append(problem)
+    if len(set(names)) != len(names):
+        problems.append(f"{where} lists a name twice")
+    return names
+
+
+def _unknown(data: dict, allowed: set[str], where: str, problems: list[str]) -> None:
+    for key in sorted(set(data) - allowed, key=str):
+        problems.append(f"{where}: unknown field {key!r} (known: {', '.join(sorted(allowed))})")
+
+
+def _scaling(data: Any, problems: list[str]) -> tuple[int, int, float | None]:
+    if data is None:
+        return 1, 1, None
+    if not isinstance(data, dict):
+        problems.append("scaling must be a mapping like {min: 1, max: 4, idle_timeout: 30m}")
+        return 1, 1, None
+    _unknown(data, SCALING_FIELDS, "scaling", problems)
+    low = _int(data.get("min"), "scaling.min", problems, 1)
+    # A max left out follows min; a model that is started on demand needs room for one.
+    high = _int(data.get("max"), "scaling.max", problems, max(low, 1))
+    problems += rules.scaling_problems(low, high)
+    idle = None
+    if data.get("idle_timeout") is not None:
+        idle = parse_duration(data["idle_timeout"])
+        if idle is None:
+            problems.append(f"scaling.idle_timeout {data['idle_timeout']!r} is not a duration like 30m, 2h or 90s")
+    return low, high, idle
+
+
+def _profile(data: Any, i: int, problems: list[str]) -> ProfileSpec | None:
+    where = f"profiles[{i}]"
+    if not isinstance(data, dict):
+        problems.append(f"{where} must be a mapping with engine and gpu_class")
+        return None
+    _unknown(data, PROFILE_FIELDS, where, problems)
+    name = _str(data.get("name"), f"{where}.name", problems) or f"p{i}"
+    problem = rules.name_problem("profile name", name)
+    if problem:
+        problems.append(f"{where}: {problem}")
+    engine = _str(data.get("engine"), f"{where}.engine", problems)
+    gpu_class = _str(data.get("gpu_class"), f"{where}.gpu_class", problems).lower()
+    cpu = gpu_class == rules.CPU_CLASS
+    gpus = _int(data.get("gpus"), f"{where}.gpus", problems, 0 if cpu else 1)
+    nodes = _int(data.get("nodes"), f"{where}.nodes", problems, 1, low=1)
+    tp = _int(data.get("tp"), f"{where}.tp", problems, 1, low=1)
+    pp = _int(data.get("pp"), f"{where}.pp", problems, 1, low=1)
+    memory = data.get("memory_gb")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int | float) or memory <= 0):
+        problems.append(f"{where}.memory_gb must be a positive number of gigabytes")
+        memory = None
+    args = data.get("engine_args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        problems.append(f"{where}.engine_args must be a list of strings")
+        args = []
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        problems.append(f"{where}.env must map names to string values (quote numbers)")
+        env = {}
+    shape = rules.profile_problems(
+        engine=engine, gpu_class=gpu_class, gpus=gpus, nodes=nodes, tp=tp, pp=pp, memory_gb=memory
+    )
+    problems += [f"profile {name}: {p}" for p in shape]
+    return ProfileSpec(
+        name=name,
+        engine=engine,
+        gpu_class=gpu_class,
+        gpus=gpus,
+        nodes=nodes,
+        tp=tp,
+        pp=pp,
+        memory_gb=float(memory) if memory is not None else None,
+        pool=_str(data.get("pool"), f"{where}.pool", problems),
+        engine_args=tuple(args),
+        env=tuple(sorted(env.items())),
+    )
+
+
+def parse_definition(data: Any) -> tuple[ModelSpec | None, list[str]]:
+    """Read a definition; the spec is None whenever there is any problem."""
+    if not isinstance(data, dict):
+        return None, ["a model definition must be a mapping with at least name and profiles"]
+    problems: list[str] = []
+    _unknown(data, MODEL_FIELDS, "model", problems)
+    name = _str(data.get("name"), "name", problems)
+    problem = rules.name_problem("model name", name)
+    if problem:
+        problems.append(problem)
+    source = _str(data.get("source"), "source", problems)
+    if source and not source.startswith(SOURCE_SCHEMES):
+        problems.append(f"source {source!r} must start with one of {', '.join(SOURCE_SCHEMES)}")
+    aliases = _names(data.get("aliases"), "aliases", problems)
+    if name and name in aliases:
+        problems.append(f"alias {name!r} is the model's own name")
+    fallbacks = _names(data.get("fallbacks"), "fallbacks", problems)
+    if name and name in fallbacks:
+        problems.append("a model cannot fall back to itself")
+    low, high, idle = _scaling(data.get("scaling"), problems)
+    raw_profiles = data.get("profiles")
+    profiles: list[ProfileSpec] = []
+    if not isinstance(raw_profiles, list) or not raw_profiles:
+        problems.append("profiles must list at least one way to run the model")
+    else:
+        for i, raw in enumerate(raw_profiles):
+            spec = _profile(raw, i, problems)
+            if spec:
+                profiles.append(spec)
+        names = [p.name for p in profiles]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"profile name {dup!r} is used twice")
+    if problems:
+        return None, problems
+    return ModelSpec(
+        name=name,
+        description=_str(data.get("description"), "description", problems),
+        source=source,
+        aliases=aliases,
+        fallbacks=fallbacks,
+        min_replicas=low,
+        max_replicas=high,
+        idle_timeout_s=idle,
+        profiles=tuple(profiles),
+    ), []
+
+
+def spec_to_definition(spec: ModelSpec) -> dict:
+    """The spec back in the shape operators write."""
+    out: dict[str, Any] = {"name": spec.name}
+    if spec.description:
+        out["description"] = spec.description
+    if spec.source:
+        out["source"] = spec.source
+    if spec.aliases:
+        out["aliases"] = list(spec.aliases)
+    if spec.fallbacks:
+        out["fallbacks"] = list(spec.fallbacks)
+    scaling: dict[str, Any] = {"min": spec.min_replicas, "max": spec.max_replicas}
+    if spec.idle_timeout_s is not None:
+        scaling["idle_timeout"] = format_duration(spec.idle_timeout_s)
+    out["scaling"] = scaling
+    out["profiles"] = [_profile_out(p) for p in spec.profiles]
+    return out
+
+
+def _profile_out(p: ProfileSpec) -> dict:
+    out: dict[str, Any] = {
+        "name": p.name,
+        "engine": p.engine,
+        "gpu_class": p.gpu_class,
+        "gpus": p.gpus,
+        "nodes": p.nodes,
+        "tp": p.tp,
+        "pp": p.pp,
+    }
+    if p.memory_gb is not None:
+        out["memory_gb"] = p.memory_gb
+    if p.pool:
+        out["pool"] = p.pool
+    if p.engine_args:
+        out["engine_args"] = list(p.engine_args)
+    if p.env:
+        out["env"] = dict(p.env)
+    return out

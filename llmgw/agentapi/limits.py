@@ -1,0 +1,14 @@
+"""Sizes and sentences both heartbeat paths share, so their refusals read the same."""
+
+from __future__ import annotations
+
+REPORT_LIMIT = 2 * 1024 * 1024
+HEARTBEAT_LIMIT = 256 * 1024
+SEND_BEARER = "send the credential as 'Authorization: Bearer <token>'"
+REVOKED = "this node credential is unknown or was revoked; register again with a join token"
+
+
+def too_large(length: int | None, limit: int) -> str:
+    if length is None:
+        return f"the body is over {limit} bytes, the most accepted here"
+    return f"the body is {length} bytes; at most {limit} are accepted here"
