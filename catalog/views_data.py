@@ -12,31 +12,24 @@ from urllib.parse import urlparse
 
 from django.db.models import Count, Q
 
-from catalog.models import Alias, CapacityMeasurement, CatalogModel
+from catalog.models import CapacityMeasurement, CatalogModel
 
 
-def find_model(name: str) -> CatalogModel | None:
-    """A model by its name or one of its aliases."""
-    model = CatalogModel.objects.filter(name=name).first()
-    if model is None:
-        alias = Alias.objects.select_related("model").filter(name=name).first()
-        model = alias.model if alias else None
-    return model
-
-
-def model_list() -> list[dict[str, Any]]:
-    """Every model with its scaling, profiles and how many replicas it has (ready and in all)."""
+def model_list(name: str | None = None) -> list[dict[str, Any]]:
+    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
     from placement.models import PlacementExplanation, Replica
     from placement.views_data import COUNTING
 
     counts = {
         row["model_id"]: row
-        for row in Replica.objects.values("model_id").annotate(
-            total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready"))
-        )
+        for row in Replica.objects.order_by()
+        .values("model_id")
+        .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
     }
     unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
     models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target").order_by("name")
+    if name is not None:
+        models = models.filter(name=name)
     return [_model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in models]
 
 

@@ -96,7 +96,7 @@ def _node_view(
         "state": node.state,
         "reachable": node.reachable,
         "lost": node.lost,
-        "labels": node.labels or {},
+        "labels": {str(k): str(v) for k, v in node.labels.items()} if isinstance(node.labels, dict) else {},
         "gpu_total": sum(c["total"] for c in by_class),
         "gpu_free": sum(c["free"] for c in by_class),
         "devices": by_class,
@@ -118,7 +118,7 @@ def _node_view(
     domain = _node_domain(gpus, domains)
     _put(view, "nvlink_domain", domain)
     _put(view, "imex", node.imex_state or None)
-    _put(view, "imex_channels", node.imex_channels)
+    _put(view, "imex_channels", _channels(node.imex_channels))
     return view
 
 
@@ -126,6 +126,12 @@ def _put(view: dict, key: str, value: Any) -> None:
     """Set ``key`` only when the value is known: an absent key is how the API says unknown."""
     if value is not None:
         view[key] = value
+
+
+def _channels(channels: list | None) -> list[int] | None:
+    if not isinstance(channels, list):
+        return None
+    return [c for c in channels if isinstance(c, int) and not isinstance(c, bool)]
 
 
 def _warnings(node: Node) -> list[str]:

@@ -20,9 +20,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def register(client, join, name: str) -> str:
-    answer = client.post("/api/v1/agent/register", data=json.dumps({"name": name, "machine_id": name,
-                                                                     "report": report(hostname=name)}),
-                         content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {join}")
+    answer = client.post(
+        "/api/v1/agent/register",
+        data=json.dumps({"name": name, "machine_id": name, "report": report(hostname=name)}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {join}",
+    )
     assert answer.status_code == 201
     return answer.json()["credential"]
 
@@ -31,9 +34,14 @@ async def beats(credentials: list[str], body: dict | bytes) -> list[httpx.Respon
     transport = httpx.ASGITransport(app=application)
     async with httpx.AsyncClient(transport=transport, base_url="http://control") as http:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return [await http.post("/api/v1/agent/heartbeat", content=content,
-                                headers={"Authorization": f"Bearer {c}", "Content-Type": "application/json"})
-                for c in credentials]
+        return [
+            await http.post(
+                "/api/v1/agent/heartbeat",
+                content=content,
+                headers={"Authorization": f"Bearer {c}", "Content-Type": "application/json"},
+            )
+            for c in credentials
+        ]
 
 
 @pytest.fixture
@@ -74,8 +82,12 @@ def test_a_warm_desk_answers_without_any_query(fleet):
 def test_refusals_read_like_the_django_views(client, fleet, body, status, words):
     fast = asyncio.run(beats(fleet[:1], body))[0]
     content = body if isinstance(body, bytes) else json.dumps(body)
-    slow = client.post("/api/v1/agent/heartbeat", data=content, content_type="application/json",
-                       HTTP_AUTHORIZATION=f"Bearer {fleet[0]}")
+    slow = client.post(
+        "/api/v1/agent/heartbeat",
+        data=content,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {fleet[0]}",
+    )
     assert fast.status_code == slow.status_code == status
     assert fast.json() == slow.json() and words in fast.json()["error"]
 
