@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None, *, transport=None, stdout=None, stderr=N
         if not hasattr(args, name):
             setattr(args, name, default)
     out = Console(file=stdout or sys.stdout, soft_wrap=False)
-    err = Console(file=stderr or sys.stderr, stderr=True)
+    err = Console(file=stderr or sys.stderr, stderr=True, soft_wrap=True)
     try:
         settings = resolve(args.server, args.token, args.actor)
     except ConfigError as exc:
