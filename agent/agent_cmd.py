@@ -28,6 +28,7 @@ from agent.client import ControlPlane, Registration
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
+from agent.scan import run_scan
 
 log = logging.getLogger("llmgw.agent")
 DEFAULT_CONFIG = Path("/etc/llmgw/agent.yaml")
@@ -164,6 +165,7 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         make_report=discovery.report,
         make_heartbeat=discovery.heartbeat,
         on_registered=lambda reg: save_credential(settings.state_dir, settings.server, reg),
+        on_scan=run_scan,
     )
     try:
         await loop.run(stop)

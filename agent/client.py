@@ -94,6 +94,11 @@ class ControlPlane:
         assert self.credential, "register first"
         return await self._post(protocol.REPORT_PATH, self.credential, report)
 
+    async def upload_scan(self, body: dict) -> dict:
+        assert self.credential, "register first"
+        return await self._post(protocol.SCAN_PATH, self.credential, body)
+
     async def heartbeat(self, beat: dict) -> dict:
+
         assert self.credential, "register first"
         return await self._post(protocol.HEARTBEAT_PATH, self.credential, beat)

@@ -73,6 +73,7 @@ class AgentLoop:
         make_heartbeat: Callable[[], Awaitable[dict]],
         on_registered: Callable[[Registration], None] | None = None,
         on_shards: Callable[[list[dict]], None] | None = None,
+        on_scan: Callable[[dict], Awaitable[dict]] | None = None,
         heartbeat_interval_s: float = protocol.HEARTBEAT_INTERVAL_S,
         report_interval_s: float = protocol.REPORT_INTERVAL_S,
         rng: random.Random | None = None,
@@ -85,6 +86,7 @@ class AgentLoop:
         self.make_heartbeat = make_heartbeat
         self.on_registered = on_registered
         self.on_shards = on_shards
+        self.on_scan = on_scan
         self.heartbeat_interval_s = heartbeat_interval_s
         self.report_interval_s = report_interval_s
         self.rng = rng or random.Random()
@@ -152,12 +154,11 @@ class AgentLoop:
             self.state.last_error = str(exc)
             return backoff_s(self.state.failures, self.rng)
         except Refused as exc:
-            self.state.last_error = exc.message
-            if exc.status == 401 and self.state.registered and self.join_token:
-                # The credential was revoked (or the node deleted): register again.
-                self.state.registered = False
-                return 0.0
+            return self._refused(exc)
+        except Exception as exc:  # a bug in discovery must not stop the heartbeats (logged: BLE allows it)
+            log.exception("agent turn failed; trying again after a pause")
             self.state.failures += 1
+            self.state.last_error = f"{type(exc).__name__}: {exc}"
             return backoff_s(self.state.failures, self.rng)
         self.state.failures = 0
         self.state.last_error = None
@@ -165,7 +166,28 @@ class AgentLoop:
             self.state.desired_shards = answer["shards"]
             if self.on_shards:
                 self.on_shards(answer["shards"])
+        if "scan" in answer and self.on_scan:
+            await self._scan(answer["scan"])
         return self.heartbeat_interval_s
+
+    def _refused(self, exc: Refused) -> float:
+        self.state.last_error = exc.message
+        if exc.status == 401 and self.state.registered and self.join_token:
+            # The credential was revoked (or the node deleted): register again.
+            self.state.registered = False
+            return 0.0
+        self.state.failures += 1
+        return backoff_s(self.state.failures, self.rng)
+
+    async def _scan(self, request: dict) -> None:
+        """Run the topology scan the control plane asked for and upload what came of it."""
+        body = await self.on_scan(request)
+        try:
+            await self.plane.upload_scan(
+                {"fabric": request.get("fabric"), "hca": request.get("hca"), "port": request.get("port"), **body}
+            )
+        except (Unreachable, Refused) as exc:
+            self.state.last_error = f"scan upload: {exc}"
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

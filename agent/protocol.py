@@ -12,6 +12,8 @@ import json
 REGISTER_PATH = "/api/v1/agent/register"
 REPORT_PATH = "/api/v1/agent/report"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+SCAN_PATH = "/api/v1/agent/scan"
+
 
 HEARTBEAT_INTERVAL_S = 5.0
 REPORT_INTERVAL_S = 60.0

@@ -113,7 +113,8 @@ def gpu_columns(entry: dict) -> dict[str, Any]:
     }
 
 
-def port_columns(entry: dict) -> dict[str, Any]:
+def port_columns(entry: dict, declared: dict[str, str] | None = None) -> dict[str, Any]:
+    """A port's columns; its declared fabric comes from the node's ``fabrics`` (name → adapters)."""
     return {
         "state": entry.get("state") or "",
         "phys_state": entry.get("phys_state") or "",
@@ -125,7 +126,7 @@ def port_columns(entry: dict) -> dict[str, Any]:
         "sm_guid": entry.get("sm_guid") or "",
         "sm_error": (entry.get("sm_error") or "")[:200],
         "network": entry.get("network") or "",
-        "fabric": entry.get("fabric") or "",
+        "fabric": entry.get("fabric") or (declared or {}).get(entry.get("hca") or "", ""),
         "counters": entry.get("counters") or {},
     }
 
@@ -191,12 +192,22 @@ def _sync_gpus(node: Node, entries: list[dict], result: IngestResult) -> None:
         result.writes += 1
 
 
-def _sync_ports(node: Node, entries: list[dict], now: datetime, result: IngestResult) -> None:
+def declared_by_hca(fabrics: Any) -> dict[str, str]:
+    """Adapter → the fabric name the node's configuration gives it."""
+    out: dict[str, str] = {}
+    if isinstance(fabrics, dict):
+        for name, hcas in fabrics.items():
+            for hca in hcas if isinstance(hcas, list) else []:
+                out.setdefault(hca, name)
+    return out
+
+
+def _sync_ports(node: Node, entries: list[dict], now: datetime, result: IngestResult, declared: dict[str, str]) -> None:
     existing = {(p.hca, p.port): p for p in IBPort.objects.filter(node=node)}
     to_create, to_update, changed_fields, history = [], [], set(), []
     for entry in entries:
         key = (entry["hca"], entry["port"])
-        columns = port_columns(entry)
+        columns = port_columns(entry, declared)
         port = existing.pop(key, None)
         if port is None:
             to_create.append(IBPort(node=node, hca=key[0], port=key[1], **columns))
@@ -257,5 +268,6 @@ def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
     if "gpus" in report:
         _sync_gpus(node, report["gpus"], result)
     if "ib_ports" in report:
-        _sync_ports(node, report["ib_ports"], now, result)
+        _sync_ports(node, report["ib_ports"], now, result, declared_by_hca(report.get("fabrics")))
+
     return result

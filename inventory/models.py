@@ -255,6 +255,37 @@ class SubnetManagerChange(models.Model):
         return f"{self.node.name} {self.hca}/{self.port}: {self.old_sm_guid or '?'} → {self.new_sm_guid or '?'}"
 
 
+class FabricScan(models.Model):
+    """The last topology scan (``ibnetdiscover``) of one physical fabric.
+
+    A failed scan keeps the map of the last good one: ``output`` and
+    ``scanned_at`` are the last success, ``error`` and ``attempted_at`` the last
+    attempt when it failed. ``requested_at`` set means an operator asked for a
+    scan and it has not come yet.
+    """
+
+    fabric_key = models.CharField(max_length=100, unique=True, help_text="sm:<guid> or roce:<network>")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="scans")
+    hca = models.CharField("HCA", max_length=64, blank=True)
+    port = models.PositiveSmallIntegerField(null=True, blank=True)
+    output = models.TextField(blank=True)
+    scanned_at = models.DateTimeField(null=True, blank=True)
+    took_ms = models.PositiveIntegerField(null=True, blank=True)
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(null=True, blank=True)
+    assigned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When ``node`` was chosen to run the next scan."
+    )
+    pending_since = models.DateTimeField(null=True, blank=True, help_text="Handed to a node, not answered yet.")
+
+    class Meta:
+        ordering = ["fabric_key"]
+
+    def __str__(self) -> str:
+        return self.fabric_key
+
+
 class JoinToken(models.Model):
     """A token an agent presents once to register and get its own credential.
 

@@ -156,11 +156,38 @@ def _gpus_for(kind: str, name: str, rack: str | None, rack_index: int) -> list[d
     return gpus
 
 
-def _ports_for(name: str, fabric: str | None, count: int) -> list[dict]:
+CA_RE = re.compile(r'^Ca\s+\d+\s+"H-([0-9a-fA-F]+)"\s+#\s+"([^"]*)"')
+
+
+@cache
+def _captured_adapters() -> tuple[str, ...]:
+    """Host adapter GUIDs of the captured fabric map, so simulated nodes appear on it.
+
+    Handed out in order, as many per simulated node as it has ports; nodes past
+    the end of the list get adapters of their own that the map does not show.
+    """
+    guids = []
+    for line in scan_capture().splitlines():
+        match = CA_RE.match(line)
+        if match and "Aggregation" not in match[2]:
+            guids.append("0x" + match[1].lower().rjust(16, "0"))
+    return tuple(guids)
+
+
+@cache
+def scan_capture() -> str:
+    """The captured ``ibnetdiscover`` map each simulated fabric uploads as its scan."""
+    return (CAPTURES / "superpod-ibnetdiscover.txt").read_text()
+
+
+def _ports_for(name: str, fabric: str | None, count: int, first: int | None = None) -> list[dict]:
+    adapters = _captured_adapters()
+    guids = adapters[first : first + count] if first is not None else ()
     ports = []
     for i, template in enumerate(_template_ports()[:count]):
         port = copy.deepcopy(template)
-        port["node_guid"] = port["port_guid"] = _guid(name, i)
+        port["node_guid"] = port["port_guid"] = guids[i] if i < len(guids) else _guid(name, i)
+
         port["sm_guid"] = _guid("sm", fabric or "default")
         port["sm_lid"] = 1
         port["counters"] = {"symbol_error": 0, "link_downed": 0, "port_rcv_errors": 0}
@@ -187,6 +214,14 @@ def build_fleet(spec: str, prefix: str = "") -> list[SimNode]:
     """Every node of a SPEC, in a stable order with stable names."""
     nodes: list[SimNode] = []
     counters = {kind: 0 for kind in KINDS}
+    on_fabric: dict[str | None, int] = {}
+
+    def adapters(fabric: str | None, count: int) -> int:
+        """Where in the captured map's adapters this node's ports start, fabric by fabric."""
+        first = on_fabric.get(fabric, 0)
+        on_fabric[fabric] = first + count
+        return first
+
     for group in parse_spec(spec):
         for _ in range(group.count):
             n = counters[group.kind]
@@ -202,7 +237,7 @@ def build_fleet(spec: str, prefix: str = "") -> list[SimNode]:
                             rack=rack,
                             fabric=group.fabric,
                             gpus=_gpus_for(group.kind, name, rack, n),
-                            ib_ports=_ports_for(name, group.fabric, 4),
+                            ib_ports=_ports_for(name, group.fabric, 4, adapters(group.fabric, 4)),
                             imex=_imex_for(names, t),
                             memory_mb=884_000,
                             engines={"vllm": "0.11.0", "sglang": "0.5.3"},
@@ -216,7 +251,7 @@ def build_fleet(spec: str, prefix: str = "") -> list[SimNode]:
                         kind=group.kind,
                         fabric=group.fabric,
                         gpus=_gpus_for(group.kind, name, None, n),
-                        ib_ports=_ports_for(name, group.fabric, 8),
+                        ib_ports=_ports_for(name, group.fabric, 8, adapters(group.fabric, 8)),
                         memory_mb=2_064_000,
                         engines={"vllm": "0.11.0", "sglang": "0.5.3"},
                     )
@@ -310,7 +345,16 @@ def gpu_lost(node: SimNode, gpu_index: int) -> None:
     node.version += 1
 
 
+def mislabel(node: SimNode, fabric: str) -> None:
+    """The node's configuration names the wrong fabric: what an operator's typo looks like."""
+    node.fabric = fabric
+    for port in node.ib_ports:
+        port["fabric"] = fabric
+    node.version += 1
+
+
 def _gpu(node: SimNode, index: int) -> dict:
+
     for gpu in node.gpus:
         if gpu["index"] == index:
             return gpu

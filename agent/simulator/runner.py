@@ -74,6 +74,10 @@ class Simulation:
         def registered(registration) -> None:
             self.credentials[node.name] = registration.credential
 
+        async def scan(request: dict) -> dict:
+            # Every simulated fabric is mapped by the same real capture: what a scan of it would return.
+            return {"output": F.scan_capture(), "took_ms": 1}
+
         loop = AgentLoop(
             plane,
             Identity(node.name, F._uuid("machine", node.name), self.credentials.get(node.name)),
@@ -81,6 +85,7 @@ class Simulation:
             report,
             heartbeat,
             on_registered=registered,
+            on_scan=scan,
             rng=self.rng,
         )
         if self.heartbeat_interval_s is not None:
@@ -218,7 +223,13 @@ class Simulation:
         F.degrade(node, gpu)
         self._changed(node)
 
+    def mislabel(self, name: str, fabric: str) -> None:
+        node = self.node(name)
+        F.mislabel(node, fabric)
+        self._changed(node)
+
     def gpu_lost(self, name: str, gpu: int = 0) -> None:
+
         node = self.node(name)
         F.gpu_lost(node, gpu)
         self._changed(node)
@@ -239,12 +250,17 @@ class Simulation:
             "fm-restart": (self.fm_restart, 2),
             "degrade": (self.degrade, 2),
             "gpu-lost": (self.gpu_lost, 2),
+            "mislabel": (self.mislabel, 2),
         }
         if verb not in actions:
             raise F.FaultError(f"unknown fault {verb!r}; one of {', '.join(sorted(actions))}")
         action, most = actions[verb]
         if not 1 <= len(args) <= most:
             raise F.FaultError(f"{verb} takes {'a target' if most == 1 else 'a target and a number'}")
-        converted = [args[0], *(float(a) if verb == "fm-restart" else int(a) for a in args[1:])]
+        if verb == "mislabel":
+            converted = list(args)
+        else:
+            converted = [args[0], *(float(a) if verb == "fm-restart" else int(a) for a in args[1:])]
+
         action(*converted)
         return f"{verb} {' '.join(args)}: done"

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from catalog import rules
 from dashboard import live
-from inventory import ingest
+from inventory import ingest, scans
 from inventory.models import Node
 from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
@@ -167,14 +167,31 @@ def report(request):
     node = node_for_credential(bearer(request))
     body = read_json(request, REPORT_LIMIT)
     check_report(body)
-    result = ingest.ingest_report(node, body, timezone.now())
+    now = timezone.now()
+    result = ingest.ingest_report(node, body, now)
     desk.remember(node)
     if not result.unchanged:
         publish_changes(node, result)
+    answer = {"unchanged": result.unchanged, "changed": result.changed, "shards": assignments.for_node(node.pk)}
+    scan = scans.scan_for(node, now)
+    if scan:
+        answer["scan"] = scan
+    return JsonResponse(answer)
 
-    return JsonResponse(
-        {"unchanged": result.unchanged, "changed": result.changed, "shards": assignments.for_node(node.pk)}
-    )
+
+@refusals
+def scan(request):
+    """A topology scan's output (or why it failed) from the node that was asked to run it."""
+    node = node_for_credential(bearer(request))
+    body = read_json(request, scans.SCAN_LIMIT)
+    if not isinstance(body, dict) or not isinstance(body.get("fabric"), str):
+        raise Refused(400, "a scan upload is an object with the fabric it was asked for, and output or error")
+    if not isinstance(body.get("output", ""), str) or not isinstance(body.get("error", ""), str):
+        raise Refused(400, "output and error must be text")
+    if not body.get("output") and not body.get("error"):
+        raise Refused(400, "a scan upload needs the output of ibnetdiscover, or the error it ended with")
+    record = scans.record_scan(node, body, timezone.now())
+    return JsonResponse({"fabric": record.fabric_key, "kept": not record.error, "error": record.error or None})
 
 
 @refusals

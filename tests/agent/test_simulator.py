@@ -152,3 +152,41 @@ async def scenario(server: Server, join: str, inv: Inventory) -> None:
         assert inv.value("select count(*) from inventory_nvlinkdomain") == 1, "the same domain, kept"
     finally:
         await sim.stop()
+
+
+@pytest.mark.slow
+def test_each_simulated_fabric_uploads_its_scan(tmp_path):
+    server = Server(tmp_path, LLMGW_EVERY_PLAN_SCANS="1")
+    try:
+        server.wait_ready()
+        join = (server.data / "join-token").read_text().strip()
+        inv = Inventory(server)
+
+        async def scenario() -> None:
+            sim = Simulation(
+                f"http://{server.admin}",
+                join,
+                F.build_fleet("h100-hgx:2@north,h100-hgx:2@south"),
+                heartbeat_interval_s=0.5,
+                report_interval_s=1.0,
+            )
+            await sim.start()
+            try:
+                await until(
+                    lambda: inv.value("select count(*) from inventory_fabricscan where output != ''") == 2,
+                    timeout=30,
+                    what="a scan of each fabric",
+                )
+                scanners = {
+                    row[0]
+                    for row in inv.rows(
+                        "select n.name from inventory_fabricscan s join inventory_node n on n.id = s.node_id"
+                    )
+                }
+                assert scanners == {"hgx-000", "hgx-002"}
+            finally:
+                await sim.stop()
+
+        asyncio.run(scenario())
+    finally:
+        assert server.stop() == 0

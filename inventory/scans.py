@@ -1,0 +1,110 @@
+"""Topology scans: which node maps which fabric, when, and what came back.
+
+Steps:
+
+1. Once a minute (``inventory.tasks.plan_scans``) the fabrics are analysed,
+   and for each fabric whose map is older than ``LLMGW_SCAN_EVERY_S``, or that
+   an operator asked to scan, one reachable node with an active port on it is
+   assigned the scan (the same node as last time when it still qualifies, so
+   one node does the work and the others never scan at once).
+2. When that node next sends its full report, the answer carries the scan
+   request (one indexed query: nothing is analysed on the report's path), and
+   the scan is marked pending.
+3. The agent runs ``ibnetdiscover`` on that port and uploads the output. An
+   upload is parsed before it is kept; a failure keeps the last good map and
+   records the error and the time. A scan handed out and never answered is
+   assigned again after ``PENDING_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.fabric_inventory import analyze_inventory
+from inventory.ibnetdiscover import TopologyParseError, parse
+from inventory.models import FabricScan, Node
+
+SCAN_LIMIT = 16 * 1024 * 1024
+# A scan that was handed out but not answered is handed out again after this.
+PENDING_TIMEOUT = timedelta(minutes=10)
+
+
+def scan_every() -> timedelta:
+    return timedelta(seconds=float(os.environ.get("LLMGW_SCAN_EVERY_S", 3600)))
+
+
+def _due(scan: FabricScan | None, now: datetime) -> bool:
+    if scan is None:
+        return True
+    if scan.pending_since is not None and now - scan.pending_since < PENDING_TIMEOUT:
+        return False  # handed out and not answered yet
+    if scan.requested_at is not None or scan.scanned_at is None:
+        return True
+    last = max(filter(None, [scan.scanned_at, scan.attempted_at]))
+    return now - last >= scan_every()
+
+
+def plan_scans(now: datetime) -> list[str]:
+    """Assign each due fabric's scan to one node; returns the fabrics assigned."""
+    report = analyze_inventory(now)
+    scans = {s.fabric_key: s for s in FabricScan.objects.select_related("node")}
+    reachable = set(Node.objects.filter(reachable=True).values_list("name", flat=True))
+    nodes = dict(Node.objects.filter(name__in=reachable).values_list("name", "pk"))
+    assigned = []
+    for fabric in report.physical:
+        scan = scans.get(fabric.key)
+        if fabric.kind != "infiniband" or not _due(scan, now):
+            continue
+        ports = sorted((p.node, p.hca, p.port) for p in fabric.ports if p.node in reachable)
+        if not ports:
+            continue
+        keeper = scan.node.name if scan and scan.node and any(n == scan.node.name for n, _, _ in ports) else ports[0][0]
+        hca, port = next((h, p) for n, h, p in ports if n == keeper)
+        FabricScan.objects.update_or_create(
+            fabric_key=fabric.key,
+            defaults={"node_id": nodes[keeper], "hca": hca, "port": port, "assigned_at": now, "pending_since": None},
+        )
+        assigned.append(fabric.key)
+    return assigned
+
+
+def scan_for(node: Node, now: datetime) -> dict | None:
+    """The scan assigned to this node and not yet handed out, if any: {"fabric", "hca", "port"}."""
+    scan = FabricScan.objects.filter(node=node, assigned_at__isnull=False, pending_since__isnull=True).first()
+    if scan is None:
+        return None
+    FabricScan.objects.filter(pk=scan.pk).update(pending_since=now)
+    return {"fabric": scan.fabric_key, "hca": scan.hca, "port": scan.port}
+
+
+@transaction.atomic
+def record_scan(node: Node, body: dict, now: datetime) -> FabricScan:
+    """Keep an uploaded scan; a failed or unreadable one keeps the previous map and says why."""
+    scan, _ = FabricScan.objects.select_for_update().get_or_create(fabric_key=body["fabric"])
+    scan.node, scan.hca, scan.port = node, body.get("hca", ""), body.get("port")
+    scan.attempted_at, scan.pending_since, scan.assigned_at = now, None, None
+    output, error = body.get("output"), body.get("error")
+    if not error:
+        try:
+            parse(output or "")
+        except TopologyParseError as exc:
+            error = f"the uploaded map could not be read: {exc}"
+    if error:
+        scan.error = str(error)[:2000]
+    else:
+        scan.output, scan.scanned_at, scan.error = output, now, ""
+        scan.took_ms = body.get("took_ms")
+        scan.requested_at = None
+    scan.save()
+    return scan
+
+
+def request_scan(fabric_key: str) -> FabricScan:
+    scan, _ = FabricScan.objects.get_or_create(fabric_key=fabric_key)
+    scan.requested_at = timezone.now()
+    scan.save(update_fields=["requested_at"])
+    return scan
