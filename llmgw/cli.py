@@ -22,6 +22,7 @@ OWN_COMMANDS = {
     "agent": "agent.agent_cmd",
     "simulate": "agent.simulate_cmd",
     "doctor": "agent.doctor_cmd",
+    "ctl": "llmgw.ctl.main",
 }
 
 
