@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from agent.client import ControlPlane, Registration
+from agent.collect import collect
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
@@ -187,6 +188,7 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         on_registered=lambda reg: save_credential(settings.state_dir, settings.server, reg),
         on_shards=supervisor.apply,
         on_scan=run_scan,
+        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs),
     )
     try:
         await loop.run(stop)

@@ -52,6 +52,9 @@ class LoopState:
     last_digest: str | None = None
     want_report: bool = True
     desired_shards: list[dict] = field(default_factory=list)
+    collecting: set[str] = field(default_factory=set)
+    collected: list[dict] = field(default_factory=list)
+
     last_error: str | None = None
 
 
@@ -74,6 +77,7 @@ class AgentLoop:
         on_registered: Callable[[Registration], None] | None = None,
         on_shards: Callable[[list[dict]], None] | None = None,
         on_scan: Callable[[dict], Awaitable[dict]] | None = None,
+        on_collect: Callable[[list[str]], Awaitable[list[dict]]] | None = None,
         heartbeat_interval_s: float = protocol.HEARTBEAT_INTERVAL_S,
         report_interval_s: float = protocol.REPORT_INTERVAL_S,
         rng: random.Random | None = None,
@@ -87,6 +91,7 @@ class AgentLoop:
         self.on_registered = on_registered
         self.on_shards = on_shards
         self.on_scan = on_scan
+        self.on_collect = on_collect
         self.heartbeat_interval_s = heartbeat_interval_s
         self.report_interval_s = report_interval_s
         self.rng = rng or random.Random()
@@ -136,7 +141,15 @@ class AgentLoop:
         beat = await self.make_heartbeat()
         if self.state.last_digest:
             beat["report_digest"] = self.state.last_digest
-        answer = await self.plane.heartbeat(beat)
+        sent, self.state.collected = self.state.collected, []
+        if sent:
+            beat["collected"] = sent
+        try:
+            answer = await self.plane.heartbeat(beat)
+        except Exception:
+            self.state.collected = sent + self.state.collected  # told next time instead
+            raise
+        self.state.collecting.difference_update(d["path"] for d in sent)
         if answer.get("send_report"):
             self.state.want_report = True
         return answer
@@ -168,7 +181,18 @@ class AgentLoop:
                 self.on_shards(answer["shards"])
         if "scan" in answer and self.on_scan:
             await self._scan(answer["scan"])
+        if answer.get("collect") and self.on_collect:
+            await self._collect(answer["collect"])
         return self.heartbeat_interval_s
+
+    async def _collect(self, paths: list[str]) -> None:
+        """Delete the weights an operator asked for; the results ride on the next heartbeat."""
+        fresh = [p for p in paths if p not in self.state.collecting]
+        if not fresh:
+            return
+        self.state.collecting.update(fresh)
+        self.state.collected += await self.on_collect(fresh)
+        self.state.want_report = True  # what is on disk changed
 
     def _refused(self, exc: Refused) -> float:
         self.state.last_error = exc.message

@@ -221,6 +221,10 @@ def heartbeat_problems(beat: Any) -> list[str]:
             out.append("heartbeat.shards must be a list of objects")
         elif len(shards) > 256:
             out.append("heartbeat.shards has more than 256 entries")
+    if "collected" in beat:
+        done = beat["collected"]
+        if not isinstance(done, list) or not all(isinstance(d, dict) and _str(d.get("path")) for d in done):
+            out.append("heartbeat.collected must be a list of objects with the path that was deleted")
     if "report_digest" in beat and not _str(beat["report_digest"]):
         out.append("heartbeat.report_digest must be a string")
     return out[:MAX_PROBLEMS_REPORTED]

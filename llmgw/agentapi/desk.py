@@ -72,6 +72,9 @@ class HeartbeatDesk:
         self.pending: dict[int, tuple[str, Beat]] = {}
         self.shards: dict[int, list[dict]] = {}
         self.shards_loaded = False
+        # node name -> paths an operator asked to have deleted (see llmgw.api.models.WeightCollection)
+        self.collections: dict[str, list[str]] = {}
+        self.collected: list[tuple[str, dict]] = []
 
     # --- who is this ---
 
@@ -117,9 +120,14 @@ class HeartbeatDesk:
         with self.lock:
             self.pending[ref.pk] = (ref.digest, Beat(now, fields))
             shards = self.shards.get(ref.pk, [])
+            collect = self.collections.get(ref.name)
+            self.collected += [(ref.name, done) for done in beat.get("collected") or []]
         reported = beat.get("report_digest")
         send_report = not ref.report_digest or (reported is not None and reported != ref.report_digest)
-        return {"shards": shards, "send_report": send_report}
+        answer = {"shards": shards, "send_report": send_report}
+        if collect:
+            answer["collect"] = collect
+        return answer
 
     def flush(self) -> FlushResult:
         """Write every queued heartbeat: two queries however many there are."""
@@ -159,6 +167,7 @@ class HeartbeatDesk:
                 batch_size=1000,
             )
         result.written = len(changed)
+        self._settle_collections(now_of(pending))
         if shard_reports or result.came_back:
             # What the shards are doing moves Shard and Replica rows; placement owns that.
             from placement import shard_status
@@ -166,14 +175,29 @@ class HeartbeatDesk:
             shard_status.follow(shard_reports, result.came_back)
         return result
 
+    def _settle_collections(self, at: datetime | None) -> None:
+        """Mark the deletions agents reported: done, or the reason they could not."""
+        from llmgw.api.models import WeightCollection
+
+        with self.lock:
+            collected, self.collected = self.collected, []
+        for node, done in collected:
+            rows = WeightCollection.objects.filter(node=node, path=done.get("path"), done_at__isnull=True)
+            rows.update(done_at=at or timezone.now(), error=str(done.get("error") or "")[:2000])
+
     # --- what to run ---
 
     def refresh_shards(self) -> None:
+        from llmgw.api.models import WeightCollection
         from placement import assignments
 
         table = assignments.for_nodes()
+        collections: dict[str, list[str]] = {}
+        for node, path in WeightCollection.objects.filter(done_at__isnull=True).values_list("node", "path"):
+            collections.setdefault(node, []).append(path)
         with self.lock:
             self.shards = table
+            self.collections = collections
             self.shards_loaded = True
 
 
@@ -234,3 +258,8 @@ def ensure_flusher() -> None:
 
 def now() -> datetime:
     return timezone.now()
+
+
+def now_of(pending: dict) -> datetime | None:
+    """The time of the latest beat in a flushed batch."""
+    return max((beat.last_seen for _, beat in pending.values()), default=None)

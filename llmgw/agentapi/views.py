@@ -218,4 +218,10 @@ def heartbeat(request):
             live.Update(kind="node.reachable", subject=name, data={"node": pk}),
         )
     answer["shards"] = assignments.for_node(ref.pk)
+    desk.refresh_shards()  # this path reads fresh, so the deletions asked of this node are current too
+    collect = desk.collections.get(ref.name)
+    if collect:
+        answer["collect"] = collect
+    else:
+        answer.pop("collect", None)
     return JsonResponse(answer)

@@ -182,3 +182,16 @@ def test_a_heartbeat_is_written_at_once_by_the_django_view(client, node):
 
 def test_a_heartbeat_asks_for_a_report_when_the_server_holds_another(client, node):
     assert post(client, "heartbeat", {"report_digest": "something-else"}, node).json()["send_report"] is True
+
+
+def test_weights_to_collect_ride_on_the_heartbeat_and_come_back_done(client, node):
+    from llmgw.api.models import WeightCollection
+
+    WeightCollection.objects.create(node="tray-01", path="/models/old", requested_by="olive")
+    answer = post(client, "heartbeat", {}, node).json()
+    assert answer["collect"] == ["/models/old"]
+    answer = post(client, "heartbeat", {"collected": [{"path": "/models/old"}]}, node).json()
+    assert "collect" not in answer
+    done = WeightCollection.objects.get()
+    assert done.done_at is not None and done.error == ""
+    assert post(client, "heartbeat", {"collected": "all"}, node).status_code == 400
