@@ -207,7 +207,7 @@ def test_an_engine_that_ignores_sigterm_is_killed(tmp_path, monkeypatch):
     code = (
         "import signal, time, http.server, os, sys\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "print('ignoring SIGTERM', flush=True)\n"
+        "print('ignoring', 'SIGTERM', flush=True)\n"
         "time.sleep(60)\n"
     )
     monkeypatch.setitem(engines.ENGINES, "fake", script_engine(code))
@@ -217,7 +217,8 @@ def test_an_engine_that_ignores_sigterm_is_killed(tmp_path, monkeypatch):
         sup.apply([assignment(tmp_path)])
         await wait_for(sup, "starting")
         run_ = sup.runs["r1-0"]
-        while "ignoring" not in "".join(sup.status()[0].get("log_tail", [])):
+        # The log's first line is the command itself; the marker is what the engine prints.
+        while "ignoring SIGTERM" not in "".join(sup.status()[0].get("log_tail", [])):
             await asyncio.sleep(0.05)
         started = time.monotonic()
         sup.apply([])

@@ -113,7 +113,7 @@ def start_agent(server: Server, tmp_path: Path) -> subprocess.Popen:
     )
 
 
-def wait_ready(inv: Inventory, agent: subprocess.Popen, tmp_path: Path) -> tuple[str, str]:
+def wait_ready(inv: Inventory, agent: subprocess.Popen, tmp_path: Path, server: Server) -> tuple[str, str]:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         assert agent.poll() is None, (tmp_path / "agent.log").read_text()
@@ -128,6 +128,12 @@ def wait_ready(inv: Inventory, agent: subprocess.Popen, tmp_path: Path) -> tuple
         + repr(inv.rows("select id, state, error from placement_replica"))
         + "\nexplanations: "
         + repr(inv.rows("select rejections from placement_placementexplanation"))
+        + "\nmodels: "
+        + repr(inv.rows("select name from catalog_catalogmodel"))
+        + "\ntask runs: "
+        + repr(inv.rows("select name, runs, last_ok, last_error from core_taskrun"))
+        + "\nserver log:\n"
+        + server.log.read_text()[-3000:]
         + "\nagent log:\n"
         + (tmp_path / "agent.log").read_text()[-4000:]
     )
@@ -158,7 +164,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
                 "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
             },
         )
-        rid, endpoint = wait_ready(inv, agent, tmp_path)
+        rid, endpoint = wait_ready(inv, agent, tmp_path, server)
         assert endpoint.startswith("http://127.0.0.1:")
 
         try:
