@@ -1,8 +1,9 @@
 """Hooks other parts call when something placement depends on changed: a reconcile runs soon.
 
-Soon, not now (with Redis; on the embedded broker, at the next beat): the caller is usually inside a transaction (an admin action, an
-API call, a heartbeat), so the task is queued once that commits, and the beat
-runs one every few seconds anyway. A broker that cannot be reached only delays
+Soon, not now: the caller is usually inside a transaction (an admin action,
+an API call, a heartbeat), so the task is queued once that commits (with
+Redis; on the embedded broker the next beat does it), and the beat runs one
+every few seconds anyway. A broker that cannot be reached only delays
 placement to the next beat, so it never fails the caller's change.
 """
 
