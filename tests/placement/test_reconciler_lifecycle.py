@@ -265,3 +265,21 @@ def test_a_multi_node_replica_is_ready_when_every_rank_is_with_rank_zeros_endpoi
     heartbeat(second.node.name, [shard_entry(r, "ready", 1)])
     r.refresh_from_db()
     assert r.state == ReplicaState.READY and r.endpoint == "http://10.0.0.1:8000"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_queues_a_reconcile_after_commit_on_a_real_broker_only(settings, monkeypatch):
+    from django.db import transaction
+
+    from placement import signals
+
+    queued = []
+    monkeypatch.setattr(tasks.reconcile, "apply_async", lambda **kw: queued.append(kw))
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/9"
+    with transaction.atomic():
+        signals.node_state_changed("hgx-000")
+        assert queued == [], "not before the change is committed"
+    assert len(queued) == 1
+    settings.CELERY_BROKER_URL = "filesystem://"
+    signals.catalog_changed("m")
+    assert len(queued) == 1, "the embedded broker leaves it to the beat"
