@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "llmgw.core",
+    "llmgw.api",
     "inventory",
     "catalog",
     "placement",

@@ -15,4 +15,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("llmgw.agentapi.urls")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
+    # The admin API proper; after the agent endpoints and the schema, since it ends in a catch-all.
+    path("api/v1/", include("llmgw.api.urls")),
 ]

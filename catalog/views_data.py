@@ -1,0 +1,163 @@
+"""What the API and the console show of the catalog: models, measured capacity, orphaned weights.
+
+Both call these functions, so the two never disagree. A key left out means
+unknown or not set.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+from urllib.parse import urlparse
+
+from django.db.models import Count, Q
+
+from catalog.models import CapacityMeasurement, CatalogModel
+
+
+def model_list(name: str | None = None) -> list[dict[str, Any]]:
+    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
+    from placement.models import PlacementExplanation, Replica
+    from placement.views_data import COUNTING
+
+    counts = {
+        row["model_id"]: row
+        for row in Replica.objects.order_by()
+        .values("model_id")
+        .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
+    }
+    unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+    models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target").order_by("name")
+    if name is not None:
+        models = models.filter(name=name)
+    return [_model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in models]
+
+
+def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "name": m.name,
+        "source": m.source,
+        "min_replicas": m.min_replicas,
+        "max_replicas": m.max_replicas,
+        "on_demand": m.on_demand,
+        "declared_in": m.declared_in,
+        "read_only": m.read_only,
+        "ready_replicas": counts.get("ready", 0),
+        "total_replicas": counts.get("total", 0),
+        "aliases": [a.name for a in m.aliases.all()],
+        "fallbacks": [f.target.name for f in sorted(m.fallbacks.all(), key=lambda f: f.position)],
+        "profiles": [_profile_view(p) for p in m.profiles.all()],
+        "parked": m.parked_at is not None,
+        # The scheduler's last word was that it could not place what the model wants.
+        "unplaceable": unplaced,
+    }
+    if m.description:
+        view["description"] = m.description
+    if m.idle_timeout is not None:
+        view["idle_timeout_seconds"] = int(m.idle_timeout.total_seconds())
+    if m.parked_at is not None:
+        view["parked_at"] = m.parked_at.isoformat()
+        view["parked_error"] = m.parked_error
+        view["failures"] = m.failure_streak
+    return view
+
+
+def _profile_view(p) -> dict[str, Any]:
+    view = {
+        "name": p.name,
+        "engine": p.engine,
+        "gpu_class": p.gpu_class,
+        "gpus": p.gpus,
+        "nodes": p.nodes,
+        "tp": p.tp,
+        "pp": p.pp,
+    }
+    if p.memory_gb is not None:
+        view["memory_gb"] = p.memory_gb
+    if p.pool:
+        view["pool"] = p.pool
+    return view
+
+
+# --- capacity -----------------------------------------------------------------------------
+
+
+def capacity_view(row: CapacityMeasurement) -> dict[str, Any]:
+    view = {
+        "model": row.model_name,
+        "profile": row.profile_name,
+        "measured_at": row.measured_at.isoformat(),
+        "measurement": row.measurement if isinstance(row.measurement, dict) else {},
+    }
+    if row.measured_by:
+        view["measured_by"] = row.measured_by
+    return view
+
+
+def capacity_list() -> list[dict[str, Any]]:
+    """Every stored measurement, kept by name so it outlives its model being removed and added again."""
+    return [capacity_view(row) for row in CapacityMeasurement.objects.order_by("model_name", "profile_name")]
+
+
+# --- weights nobody refers to -------------------------------------------------------------
+
+
+def source_refers_to(source: str, weight: dict) -> bool:
+    """Whether a catalog source names these weights on disk.
+
+    ``hf://org/name[@rev]`` names the Hugging Face repository ``org/name``
+    (a cache snapshot, or a directory whose path ends in it); ``file:///p``
+    and a bare path name that path or anything under it; an ``https://`` URL
+    names the file it downloads, by its file name.
+    """
+    path, name = str(weight.get("path") or ""), str(weight.get("name") or "")
+    source = source.strip()
+    if not source or not path:
+        return False
+    url = urlparse(source)
+    if url.scheme == "hf":
+        repo = (url.netloc + url.path).split("@", 1)[0].strip("/")
+        return bool(repo) and (
+            name == repo or path.rstrip("/").endswith("/" + repo) or f"models--{repo.replace('/', '--')}/" in path
+        )
+    if url.scheme in ("file", ""):
+        target = (url.path if url.scheme == "file" else source).rstrip("/")
+        return bool(target) and (path == target or path.startswith(target + "/") or target.startswith(path + "/"))
+    if url.scheme in ("http", "https"):
+        filename = url.path.rsplit("/", 1)[-1]
+        return bool(filename) and path.rsplit("/", 1)[-1] == filename
+    return False
+
+
+def orphan_weights() -> list[dict[str, Any]]:
+    """Weights on nodes' disks that no catalog model's source refers to.
+
+    Nodes that did not look for weights (``weights`` NULL) are left out: they
+    hold nothing known, which is not the same as holding orphans.
+    """
+    from inventory.models import Node
+
+    sources = [s for s in CatalogModel.objects.values_list("source", flat=True) if s]
+    out = []
+    for node, weights in Node.objects.exclude(weights__isnull=True).order_by("name").values_list("name", "weights"):
+        for w in weights or []:
+            if not isinstance(w, dict) or not w.get("path"):
+                continue
+            if any(source_refers_to(s, w) for s in sources):
+                continue
+            out.append(_weight_view(node, w))
+    return out
+
+
+def _weight_view(node: str, w: dict) -> dict[str, Any]:
+    view: dict[str, Any] = {"node": node, "path": str(w["path"])}
+    for key, kind in (("name", str), ("format", str), ("bytes", int), ("incomplete", bool)):
+        if isinstance(w.get(key), kind):
+            view[key] = w[key]
+    return view
+
+
+def orphan_totals(orphans: list[dict]) -> dict[str, Any]:
+    """How many and how large, by node: what collecting them would free."""
+    nodes = Counter(o["node"] for o in orphans)
+    return {"weights": len(orphans), "nodes": len(nodes), "bytes": sum(o.get("bytes", 0) for o in orphans)}

@@ -1,0 +1,21 @@
+"""What the API and the console show of the inventory, built by the same functions for both.
+
+Each function returns plain JSON-able data; a key left out means unknown.
+The API's serializers (``llmgw/api/serializers``) describe every shape.
+"""
+
+from inventory.views_data.fabrics import fabrics_report, topology
+from inventory.views_data.nodes import LOAD_FRESH, NodeUsage, load_view, node_detail, node_list, node_logs
+from inventory.views_data.nvlink import nvlink_report
+
+__all__ = [
+    "LOAD_FRESH",
+    "NodeUsage",
+    "fabrics_report",
+    "load_view",
+    "node_detail",
+    "node_list",
+    "node_logs",
+    "nvlink_report",
+    "topology",
+]

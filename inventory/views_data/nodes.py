@@ -1,0 +1,325 @@
+"""What the API and the console show of nodes, NVLink domains and InfiniBand fabrics.
+
+Both call these functions, so the two can never disagree. Each returns plain
+JSON-able data. A key left out means *unknown* (the agent did not say), which
+is never the same as empty or zero; the API schema's serializers in
+``llmgw/api/serializers`` describe every shape here.
+
+The listing reads a fixed number of queries whatever the fleet's size: nodes,
+their GPUs, and the shards that hold GPUs — never one query per node or GPU.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from inventory import devices
+from inventory.fabrics import ERROR_COUNTERS, describe_key, fabric_id
+from inventory.models import GPU, IBPort, Node, NVLinkDomain, mig_label
+
+# A load reading older than this is not shown as current: unknown, not idle.
+LOAD_FRESH = timedelta(minutes=1)
+
+GPU_LIST_FIELDS = ("node_id", "index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid", "domain_id")
+
+# Traffic counters: they rise with use, so they are reported as bytes, never as errors.
+TRAFFIC_COUNTERS = ("port_xmit_data", "port_rcv_data")
+
+
+class NodeUsage:
+    """Which GPUs each node's shards hold, and how many replicas run there."""
+
+    def __init__(self, rows: Iterable[tuple[int, list, str]]) -> None:
+        self.used: dict[int, set[int]] = defaultdict(set)
+        self.replicas: dict[int, set[str]] = defaultdict(set)
+        for node_id, indices, replica_id in rows:
+            self.used[node_id].update(i for i in indices or [] if isinstance(i, int))
+            self.replicas[node_id].add(replica_id)
+
+    @classmethod
+    def load(cls, node_id: int | None = None) -> NodeUsage:
+        # Every shard holds its GPUs, failed and stopping ones too: their
+        # processes may keep the memory until the agent has stopped them.
+        from placement.models import Shard
+
+        shards = Shard.objects.all() if node_id is None else Shard.objects.filter(node_id=node_id)
+        return cls(shards.values_list("node_id", "gpu_indices", "replica_id"))
+
+
+# --- nodes ---------------------------------------------------------------------------
+
+
+def node_list(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every node as ``ctl nodes`` and the console's node table show it."""
+    now = now or timezone.now()
+    gpus: dict[int, list[dict]] = defaultdict(list)
+    for g in GPU.objects.order_by("node_id", "index").values(*GPU_LIST_FIELDS):
+        gpus[g["node_id"]].append(g)
+    usage = NodeUsage.load()
+    domains = _domain_keys()
+    return [_node_view(n, gpus[n.pk], usage, domains, now) for n in Node.objects.order_by("name")]
+
+
+def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
+    """One node with its cards (NVLink peers, NUMA, nearest adapter, fabric), ports and shards; None if unknown."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return None
+    now = now or timezone.now()
+    rows = list(GPU.objects.filter(node=node).select_related("domain").order_by("index"))
+    usage = NodeUsage.load(node.pk)
+    listed = [{f: getattr(g, f) for f in GPU_LIST_FIELDS} for g in rows]
+    view = _node_view(node, listed, usage, _domain_keys(), now)
+    holders = _gpu_holders(node.pk)
+    view["gpus"] = [_gpu_view(g, holders.get(g.index)) for g in rows]
+    view["ib_ports"] = [_port_view(p) for p in IBPort.objects.filter(node=node).order_by("hca", "port")]
+    view["shards"] = node_shards(node)
+    _put(view, "disks", node.disks)
+    _put(view, "weights", node.weights)
+    _put(view, "imex_nodes", node.imex_nodes)
+    view["problems"] = list(node.problems or [])
+    return view
+
+
+def _node_view(
+    node: Node, gpus: list[dict], usage: NodeUsage, domains: Mapping[int, str], now: datetime
+) -> dict[str, Any]:
+    used = usage.used.get(node.pk, set())
+    by_class = devices.count_by_class(gpus, used)
+    view: dict[str, Any] = {
+        "id": node.name,
+        "state": node.state,
+        "reachable": node.reachable,
+        "lost": node.lost,
+        "labels": {str(k): str(v) for k, v in node.labels.items()} if isinstance(node.labels, dict) else {},
+        "gpu_total": sum(c["total"] for c in by_class),
+        "gpu_free": sum(c["free"] for c in by_class),
+        "devices": by_class,
+        "gpu_classes": [c["class"] for c in by_class],
+        "unhealthy_gpus": devices.out_of_placement(gpus),
+        "replicas": len(usage.replicas.get(node.pk, ())),
+        "warnings": _warnings(node),
+    }
+    _put(view, "hostname", node.hostname or None)
+    _put(view, "mgmt_addr", node.mgmt_addr or None)
+    _put(view, "agent_version", node.agent_version or None)
+    _put(view, "os", " ".join(p for p in (node.os, node.os_version, node.arch) if p) or None)
+    _put(view, "memory_gb", None if node.memory_mb is None else node.memory_mb // 1024)
+    _put(view, "engines", None if node.engines is None else sorted(node.engines))
+    _put(view, "models_on_disk", _weight_names(node.weights))
+    _put(view, "fabrics", None if node.fabrics is None else sorted(node.fabrics))
+    _disk_space(view, node.disks)
+    _liveness(view, node, now)
+    domain = _node_domain(gpus, domains)
+    _put(view, "nvlink_domain", domain)
+    _put(view, "imex", node.imex_state or None)
+    _put(view, "imex_channels", _channels(node.imex_channels))
+    return view
+
+
+def _put(view: dict, key: str, value: Any) -> None:
+    """Set ``key`` only when the value is known: an absent key is how the API says unknown."""
+    if value is not None:
+        view[key] = value
+
+
+def _channels(channels: list | None) -> list[int] | None:
+    if not isinstance(channels, list):
+        return None
+    return [c for c in channels if isinstance(c, int) and not isinstance(c, bool)]
+
+
+def _warnings(node: Node) -> list[str]:
+    """Facts that make a machine slow without making it unhealthy."""
+    out = []
+    if node.arch in ("x86_64", "amd64") and node.has_avx2 is False:
+        out.append('no AVX2: CPU inference runs several times slower (a VM needs CPU type "host")')
+    return out
+
+
+def _weight_names(weights: list | None) -> list[str] | None:
+    if weights is None:
+        return None
+    return sorted({str(w.get("name") or w.get("path")) for w in weights if isinstance(w, dict)})
+
+
+def _disk_space(view: dict, disks: list | None) -> None:
+    """Local model filesystems summed; shared ones left out (a filer's space is not each node's to spend)."""
+    local = [d for d in disks or [] if isinstance(d, dict) and not d.get("shared")]
+    totals = [d.get("total_bytes") for d in local]
+    if not local or not all(isinstance(t, int) for t in totals):
+        return
+    view["disk_total_gb"] = sum(totals) // 2**30
+    frees = [d.get("free_bytes") for d in local]
+    if all(isinstance(f, int) for f in frees):
+        view["disk_free_gb"] = sum(frees) // 2**30
+
+
+def _liveness(view: dict, node: Node, now: datetime) -> None:
+    if node.last_seen is None:
+        return
+    age = max(0, int((now - node.last_seen).total_seconds()))
+    view["last_seen"] = node.last_seen.isoformat()
+    view["last_seen_seconds"] = age
+    if isinstance(node.load, dict) and now - node.last_seen <= LOAD_FRESH:
+        view["load"] = load_view(node.load, age)
+
+
+def load_view(load: Mapping[str, Any], age_s: int) -> dict[str, Any]:
+    """The agent's load reading, only the figures it sent; ``memory_percent`` is used over total."""
+    out: dict[str, Any] = {"age_seconds": age_s}
+    for key in ("cpu_percent", "load1", "load5", "load15", "memory_used_mb", "memory_total_mb"):
+        if isinstance(load.get(key), int | float) and not isinstance(load.get(key), bool):
+            out[key] = load[key]
+    if out.get("memory_total_mb") and "memory_used_mb" in out:
+        out["memory_percent"] = round(out["memory_used_mb"] * 100 / out["memory_total_mb"], 1)
+    return out
+
+
+def _domain_keys() -> dict[int, str]:
+    rows = NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")
+    return {pk: f"{uuid}/{clique}" for pk, uuid, clique in rows}
+
+
+def _node_domain(gpus: list[dict], domains: Mapping[int, str]) -> str | None:
+    """The domain every card has joined; None when any card has joined none (or another)."""
+    cards = [g for g in gpus if g["parent_index"] is None]
+    joined = {g["domain_id"] for g in cards}
+    if not cards or len(joined) != 1 or None in joined:
+        return None
+    return domains.get(joined.pop())
+
+
+def _gpu_holders(node_id: int) -> dict[int, str]:
+    from placement.models import Shard
+
+    holders = {}
+    for replica_id, model, indices in Shard.objects.filter(node_id=node_id).values_list(
+        "replica_id", "replica__model__name", "gpu_indices"
+    ):
+        for i in indices or []:
+            holders[i] = f"{model}#{replica_id}"
+    return holders
+
+
+def _gpu_view(g: GPU, held_by: str | None) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "index": g.index,
+        "label": g.label,
+        "name": g.name,
+        "class": g.gpu_class,
+        "uuid": g.uuid,
+        "healthy": g.healthy,
+        "health": list(g.health or []),
+    }
+    _put(view, "memory_mb", g.memory_mb)
+    _put(view, "numa", g.numa)
+    _put(view, "nvlink_peers", g.nvlink_peers)
+    _put(view, "nics", g.nics)
+    if near := devices.nearest_nic(g.nics):
+        view["nearest_nic"], view["nic_path"] = near
+    _put(view, "fabric_state", g.fabric_state or None)
+    _put(view, "fabric_status", g.fabric_status or None)
+    _put(view, "bandwidth", g.fabric_bandwidth or None)
+    _put(view, "degraded", g.fabric_degraded)
+    _put(view, "domain", g.domain.key if g.domain else None)
+    _put(view, "mig_mode", g.mig_mode or None)
+    if g.parent_index is not None:
+        view["parent"] = g.parent_index
+        _put(view, "mig_profile", g.mig_profile or None)
+    _put(view, "held_by", held_by)
+    return view
+
+
+def _port_view(p: IBPort) -> dict[str, Any]:
+    counters = p.counters if isinstance(p.counters, dict) else {}
+    view: dict[str, Any] = {
+        "hca": p.hca,
+        "port": p.port,
+        "state": p.state,
+        "active": "ACTIVE" in (p.state or "").upper(),
+    }
+    _put(view, "phys_state", p.phys_state or None)
+    _put(view, "rate_gbps", p.rate_gbps)
+    _put(view, "link_layer", p.link_layer or None)
+    _put(view, "fabric", p.fabric or None)
+    roce = (p.link_layer or "").lower() == "ethernet"
+    key = (f"roce:{p.network}" if p.network else None) if roce else (f"sm:{p.sm_guid}" if p.sm_guid else None)
+    if key:
+        view["physical"] = describe_key(key, None if roce else p.sm_lid)
+        view["physical_id"] = fabric_id(key)
+    _put(view, "sm_error", p.sm_error or None)
+    errors = {k: int(v) for k, v in counters.items() if k in ERROR_COUNTERS and _positive(v)}
+    view["errors"] = errors
+    if isinstance(p.previous_counters, dict):
+        rising = {
+            k: int(v) - int(p.previous_counters[k])
+            for k, v in errors.items()
+            if _positive(p.previous_counters.get(k), zero=True) and int(v) > int(p.previous_counters[k])
+        }
+        view["errors_rising"] = rising
+    for name, key in (("tx_bytes", "port_xmit_data"), ("rx_bytes", "port_rcv_data")):
+        if _positive(counters.get(key), zero=True):
+            view[name] = int(counters[key])
+    return view
+
+
+def _positive(value: Any, zero: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value >= 0 if zero else value > 0
+
+
+def node_shards(node: Node) -> list[dict[str, Any]]:
+    """The shards placed on a node, with what its agent last said of each (state, error, download)."""
+    from placement.models import Shard
+
+    reported = {s.get("id"): s for s in node.shard_status or [] if isinstance(s, dict)}
+    out = []
+    for s in Shard.objects.filter(node=node).select_related("replica__model").order_by("replica_id", "rank"):
+        sid = f"{s.replica_id}-{s.rank}"
+        view: dict[str, Any] = {
+            "id": sid,
+            "replica": s.replica_id,
+            "model": s.replica.model.name,
+            "rank": s.rank,
+            "gpus": [mig_label(i) for i in s.gpu_indices or [] if isinstance(i, int)],
+            "state": s.state,
+        }
+        agent = reported.get(sid) or {}
+        _put(view, "reported_state", agent.get("state") if isinstance(agent.get("state"), str) else None)
+        _put(view, "error", s.error or (agent.get("error") if isinstance(agent.get("error"), str) else None) or None)
+        out.append(view)
+    return out
+
+
+def node_logs(name: str, shard: str | None = None) -> dict[str, Any] | None:
+    """The last lines each shard's engine wrote, as the agent sent them; None when the node is unknown.
+
+    ``shard`` picks one shard by its id (``<replica>-<rank>``) or its replica
+    id. A shard the agent sent no lines for has ``lines`` absent: unknown.
+    """
+    node = Node.objects.filter(name=name).only("name", "shard_status", "last_seen").first()
+    if node is None:
+        return None
+    shards = []
+    for s in node.shard_status or []:
+        if not isinstance(s, dict) or not isinstance(s.get("id"), str):
+            continue
+        if shard and shard not in (s["id"], s.get("replica")):
+            continue
+        entry: dict[str, Any] = {"id": s["id"]}
+        for key in ("replica", "state"):
+            if isinstance(s.get(key), str):
+                entry[key] = s[key]
+        if isinstance(s.get("log_tail"), list):
+            entry["lines"] = [str(line) for line in s["log_tail"]]
+        shards.append(entry)
+    view: dict[str, Any] = {"node": node.name, "shards": shards}
+    _put(view, "reported_at", node.last_seen.isoformat() if node.last_seen else None)
+    return view

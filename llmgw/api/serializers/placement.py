@@ -1,0 +1,54 @@
+from rest_framework import serializers as s
+
+
+class FetchSerializer(s.Serializer):
+    source = s.CharField(allow_blank=True)
+    bytes_done = s.IntegerField()
+    bytes_total = s.IntegerField(required=False, help_text="Absent when the source did not say.")
+    percent = s.IntegerField(required=False, help_text="Absent rather than invented when the total is unknown.")
+
+
+class ShardSerializer(s.Serializer):
+    id = s.CharField()
+    node = s.CharField()
+    rank = s.IntegerField()
+    gpus = s.ListField(child=s.IntegerField())
+    gpu_labels = s.ListField(child=s.CharField())
+    state = s.CharField()
+    error = s.CharField(required=False)
+    fetch = FetchSerializer(required=False, help_text="The download it waits on; absent when none.")
+
+
+class ReplicaSerializer(s.Serializer):
+    id = s.CharField()
+    model = s.CharField()
+    profile = s.CharField()
+    stale = s.BooleanField(help_text="The profile was edited since placement: reported, not restarted.")
+    state = s.CharField()
+    age_seconds = s.IntegerField()
+    idle_seconds = s.IntegerField(help_text="-1: nothing has been routed to it yet, which is not idle.")
+    gpus = s.IntegerField()
+    shards = ShardSerializer(many=True)
+    pool = s.CharField(required=False)
+    fabric = s.CharField(required=False)
+    nvlink_domain = s.CharField(required=False)
+    endpoint = s.CharField(required=False)
+    error = s.CharField(required=False)
+    replaces = s.CharField(required=False)
+
+
+class RejectionSerializer(s.Serializer):
+    profile = s.CharField(allow_blank=True)
+    reason = s.CharField(allow_blank=True)
+    pool = s.CharField(required=False)
+    node = s.CharField(required=False)
+    nodes = s.IntegerField(required=False, help_text="How many candidates this line stands for.")
+
+
+class ExplainSerializer(s.Serializer):
+    model = s.CharField()
+    placed = s.BooleanField(help_text="The model has replicas serving or on their way.")
+    rejections = RejectionSerializer(many=True)
+    satisfied = s.BooleanField(required=False, help_text="It has as many replicas as it wants.")
+    computed_at = s.DateTimeField(required=False, help_text="Absent: the reconciler has not looked at it yet.")
+    note = s.CharField(required=False)

@@ -1,0 +1,153 @@
+"""What the API and the console show of replicas and placement explanations.
+
+Both call these functions, so the two never disagree. A key left out means
+unknown. ``idle_seconds`` is -1 for a replica no request has been routed to
+yet: that is what a replica looks like before anything asked for it (and
+after a router restart), which is not the same as idle.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from catalog.models import CatalogModel
+from inventory.models import Node, mig_label
+from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
+
+# Replicas that are serving or on their way to: what counts toward a model's replicas.
+COUNTING = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
+
+
+def replica_list(model: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every replica (or one model's) with its shards and any download in flight."""
+    now = now or timezone.now()
+    replicas = Replica.objects.select_related("model", "profile", "nvlink_domain").order_by("model__name", "created_at")
+    if model:
+        replicas = replicas.filter(model__name=model)
+    replicas = list(replicas)
+    shards: dict[str, list[dict]] = defaultdict(list)
+    rows = Shard.objects.filter(replica__in=[r.pk for r in replicas]) if model else Shard.objects.all()
+    for s in rows.values(
+        "replica_id",
+        "node_id",
+        "node__name",
+        "rank",
+        "gpu_indices",
+        "state",
+        "error",
+        "fetch_source",
+        "fetch_done",
+        "fetch_total",
+    ):
+        shards[s["replica_id"]].append(s)
+    reported = _reported_fetches({s["node_id"] for group in shards.values() for s in group})
+    return [_replica_view(r, shards.get(r.pk, []), reported, now) for r in replicas]
+
+
+def _reported_fetches(node_ids: set[int]) -> dict[str, dict]:
+    """The downloads the agents last reported, by shard id: fresher than the rows when the reconciler lags."""
+    out = {}
+    for status in Node.objects.filter(pk__in=node_ids).values_list("shard_status", flat=True):
+        for s in status or []:
+            if isinstance(s, dict) and isinstance(s.get("id"), str) and isinstance(s.get("fetch"), dict):
+                out[s["id"]] = s["fetch"]
+    return out
+
+
+def _replica_view(r: Replica, shards: list[dict], reported: dict[str, dict], now: datetime) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": r.pk,
+        "model": r.model.name,
+        "profile": r.profile_name,
+        "stale": r.stale,
+        "state": r.state,
+        "age_seconds": max(0, int((now - r.created_at).total_seconds())),
+        "idle_seconds": -1 if r.last_used_at is None else max(0, int((now - r.last_used_at).total_seconds())),
+        "gpus": sum(len(s["gpu_indices"] or []) for s in shards),
+        "shards": [_shard_view(r.pk, s, reported) for s in sorted(shards, key=lambda s: s["rank"])],
+    }
+    for key, value in (
+        ("pool", r.pool),
+        ("fabric", r.fabric),
+        ("nvlink_domain", r.nvlink_domain.key if r.nvlink_domain else ""),
+        ("endpoint", r.endpoint),
+        ("error", r.error),
+        ("replaces", r.replaces_id or ""),
+    ):
+        if value:
+            view[key] = value
+    return view
+
+
+def _shard_view(replica_id: str, s: dict, reported: dict[str, dict]) -> dict[str, Any]:
+    sid = f"{replica_id}-{s['rank']}"
+    view: dict[str, Any] = {
+        "id": sid,
+        "node": s["node__name"],
+        "rank": s["rank"],
+        "gpus": [i for i in s["gpu_indices"] or [] if isinstance(i, int)],
+        "gpu_labels": [mig_label(i) for i in s["gpu_indices"] or [] if isinstance(i, int)],
+        "state": s["state"],
+    }
+    if s["error"]:
+        view["error"] = s["error"]
+    fetch = fetch_view(s, reported.get(sid))
+    if fetch is not None:
+        view["fetch"] = fetch
+    return view
+
+
+def fetch_view(shard: dict, reported: dict | None) -> dict[str, Any] | None:
+    """The download a shard waits on, None when it waits on none.
+
+    ``percent`` is absent when the total is unknown: an invented percentage
+    that stops moving is worse than a byte count that keeps rising.
+    """
+    if shard["state"] not in ("pending", "fetching"):
+        return None
+    source, done, total = shard["fetch_source"], shard["fetch_done"], shard["fetch_total"]
+    if reported and isinstance(reported.get("bytes_done"), int):
+        source = str(reported.get("source") or source)
+        done = reported["bytes_done"]
+        total = reported.get("bytes_total") if isinstance(reported.get("bytes_total"), int) else None
+    if done is None:
+        return None
+    view: dict[str, Any] = {"source": source or "", "bytes_done": max(0, done)}
+    if total:
+        view["bytes_total"] = total
+        view["percent"] = min(100, int(max(0, done) * 100 / total))
+    return view
+
+
+def explain(model: CatalogModel) -> dict[str, Any]:
+    """The scheduler's latest word on a model: placed, or each candidate it turned down and why.
+
+    ``rejections`` empty with ``computed_at`` absent means the reconciler has
+    not looked at the model yet; ``note`` says so in words.
+    """
+    placed = Replica.objects.filter(model=model, state__in=COUNTING).exists()
+    view: dict[str, Any] = {"model": model.name, "placed": placed, "rejections": []}
+    explanation = PlacementExplanation.objects.filter(model=model).first()
+    if explanation is None:
+        view["note"] = "The reconciler has not looked at this model yet; ask again in a few seconds."
+        return view
+    view["computed_at"] = explanation.computed_at.isoformat()
+    view["satisfied"] = explanation.placed
+    view["rejections"] = [_rejection(r) for r in explanation.rejections or [] if isinstance(r, dict)]
+    if explanation.placed and not view["rejections"]:
+        view["note"] = "The model has as many replicas as it wants: nothing to explain."
+    return view
+
+
+def _rejection(r: dict) -> dict[str, Any]:
+    view: dict[str, Any] = {"profile": str(r.get("profile") or ""), "reason": str(r.get("reason") or "")}
+    for key in ("pool", "node"):
+        if r.get(key):
+            view[key] = str(r[key])
+    if isinstance(r.get("nodes"), int):
+        view["nodes"] = r["nodes"]
+    return view
