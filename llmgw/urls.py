@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from dashboard.static_files import static_file
 from llmgw.health import healthz
 
 admin.site.site_header = "llmgw"
@@ -12,6 +13,7 @@ admin.site.index_title = "Fleet administration"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("static/<path:path>", static_file, name="static"),
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("llmgw.agentapi.urls")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
