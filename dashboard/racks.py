@@ -130,7 +130,7 @@ def short_names(names: list[str]) -> dict[str, str]:
     """Each tray's name less what every tray of the rack shares ("nvl72-00-tray-03" -> "03")."""
     if len(names) < 2:
         return {n: n for n in names}
-    prefix = os.path.commonprefix(names)
+    prefix = os.path.commonprefix(names)  # noqa: RUF071 - characters are wanted; cut at a separator below
     # Cut at a separator so "tray-1" and "tray-12" do not lose the shared "1".
     cut = max(prefix.rfind(sep) for sep in "-_./:") + 1
     return {n: (n[cut:] or n) for n in names}

@@ -11,10 +11,14 @@ Last-Modified.
 from __future__ import annotations
 
 from django.contrib.staticfiles.views import serve
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import SuspiciousFileOperation
+from django.http import Http404, HttpRequest, HttpResponse
 
 
 def static_file(request: HttpRequest, path: str) -> HttpResponse:
     # insecure=True only lifts the DEBUG check; the finders still refuse any
     # path outside the apps' static folders.
-    return serve(request, path, insecure=True)
+    try:
+        return serve(request, path, insecure=True)
+    except SuspiciousFileOperation:
+        raise Http404("no such file") from None

@@ -51,7 +51,9 @@ def scan_state(fabric_key: str) -> ScanState:
     """The last scan of one physical fabric (``sm:<guid>``), parsed and laid against the cluster's adapters."""
     scan = FabricScan.objects.select_related("node").filter(fabric_key=fabric_key).first()
     if scan is None:
-        return ScanState(None, note="No scan of this fabric has been made yet; a node on it runs one at its next report.")
+        return ScanState(
+            None, note="No scan of this fabric has been made yet; a node on it runs one at its next report."
+        )
     state = ScanState(
         None,
         scanned_at=scan.scanned_at,

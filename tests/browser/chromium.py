@@ -36,7 +36,9 @@ FLAGS = (
 def require_chromium() -> None:
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run scripts/ensure-services (it installs chromium and chromium-driver)")
+        pytest.fail(
+            f"{', '.join(missing)} missing: run scripts/ensure-services (it installs chromium and chromium-driver)"
+        )
 
 
 @contextmanager
@@ -94,4 +96,6 @@ def wait_for(check: Callable[[], object], timeout: float = 20.0, what: str = "co
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f": {last_error}" if last_error else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}" + (f": {last_error}" if last_error else "")
+    )
