@@ -50,7 +50,29 @@ def topology_context(fabric: str) -> dict[str, Any]:
     scan = scan_state(view["key"])
     live = {(p["node"], p["hca"]): p for p in view["live"]}
     drawing = TopologyRenderer(scan.view, live).render() if scan.view else None
-    return {"fabric": view, "scan": scan, "drawing": drawing, "nodes": sorted({p["node"] for p in view["live"]})}
+    return {
+        "fabric": view,
+        "scan": scan,
+        "drawing": drawing,
+        "nodes": sorted({p["node"] for p in view["live"]}),
+        "by_node": by_node(view["live"]),
+    }
+
+
+def by_node(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fabric's ports of ours, one row per node: a fabric of 500 nodes is 2,000 ports, too many to list."""
+    rows: dict[str, dict[str, Any]] = {}
+    for p in live:
+        row = rows.setdefault(p["node"], {"node": p["node"], "ports": 0, "active": 0, "down": [], "errors": []})
+        row["ports"] += 1
+        if "ACTIVE" in str(p.get("state") or "").upper():
+            row["active"] += 1
+        else:
+            row["down"].append(f"{p['hca']}/{p['port']} {p.get('state') or 'not reported'}")
+        row["errors"] += [f"{p['hca']}/{p['port']} {k} {v}" for k, v in p["errors"].items()]
+        if p.get("rate_gbps"):
+            row.setdefault("rates", set()).add(p["rate_gbps"])
+    return [rows[n] for n in sorted(rows)]
 
 
 def topology_page(request: HttpRequest, fabric: str) -> HttpResponse:

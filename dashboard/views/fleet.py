@@ -28,7 +28,7 @@ def node_condition(node: dict[str, Any]) -> str:
         return "lost"
     if not node["reachable"]:
         return "unreachable"
-    if node["unhealthy_gpus"]:
+    if node["unhealthy_gpus"]:  # unhealthy, or held back (a MIG card with no instances): out of placement
         return "unhealthy"
     return node["state"]
 
