@@ -4,7 +4,9 @@ A per-node table is the right tool for four nodes and the wrong one for two
 thousand: the questions that matter at that size — how full am I, what is
 broken, what holds cards it is not using — are aggregates. Everything here is
 derived from the same functions the tables use (``node_list``,
-``replica_list``, ``model_list``), so it can never disagree with them.
+``replica_list``, ``model_list``), so it can never disagree with them — or,
+on PostgreSQL, counted in the database by the same rules (``fleet_sql``),
+which a test holds equal to the row-by-row count.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.utils import timezone
 
 from catalog.views_data import model_list
 from inventory.views_data import node_list
+from llmgw import fleet_sql
 from placement.views_data import replica_list
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
@@ -29,19 +32,28 @@ IDLE_THRESHOLD = timedelta(minutes=10)
 PATRONI_TIMEOUT_S = 1.0
 
 
-def summary(now: datetime | None = None) -> dict[str, Any]:
+def summary(now: datetime | None = None, *, in_database: bool | None = None) -> dict[str, Any]:
+    """The summary; counted in the database on PostgreSQL (see ``fleet_sql``), row by row elsewhere."""
     now = now or timezone.now()
-    nodes = node_list(now)
-    replicas = replica_list(now=now)
-    models = model_list()
-    out: dict[str, Any] = {
-        "nodes": _node_totals(nodes),
-        "gpus": _classes(nodes),
-        "fabrics": _fabrics(nodes),
-        "replicas": _replica_totals(replicas),
-        "idle_replicas": _idle(replicas),
-        **_model_totals(models),
-    }
+    if in_database if in_database is not None else fleet_sql.available():
+        classes, per_node = fleet_sql.device_counts()
+        out: dict[str, Any] = {
+            "nodes": fleet_sql.node_totals(),
+            "gpus": classes,
+            "fabrics": fleet_sql.fabrics(per_node),
+            "replicas": fleet_sql.replica_totals(),
+            "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
+        }
+    else:
+        nodes, replicas = node_list(now), replica_list(now=now)
+        out = {
+            "nodes": _node_totals(nodes),
+            "gpus": _classes(nodes),
+            "fabrics": _fabrics(nodes),
+            "replicas": _replica_totals(replicas),
+            "idle_replicas": _idle(replicas),
+        }
+    out.update(_model_totals(model_list()))
     store = store_members()
     if store is not None:
         out.update(store)

@@ -1,0 +1,154 @@
+"""Admin API latency on a large fleet: how long do ``/api/v1/summary`` and ``/api/v1/nodes`` take?
+
+Builds a fresh PostgreSQL database (``llmgw_bench_api``), stores a simulated
+fleet of NODES nodes through the real ingestion (``ingest_report``, one full
+report per node, as each agent's registration would), places a replica on
+every HGX node, then times N requests of each endpoint through Django and DRF
+in-process — the server's own work, without the network or daphne — and
+prints p50/p99 and the queries per request.
+
+    python bench/api.py --nodes 2000 --requests 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+DB = "llmgw_bench_api"
+PATHS = ("/api/v1/summary", "/api/v1/nodes", "/api/v1/replicas", "/api/v1/nvlink")
+
+
+def reset_database() -> None:
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+
+
+def spec_for(nodes: int) -> str:
+    """About a fifth GB200 racks, most of the rest 8-GPU HGX on two fabrics, some MIG and CPU nodes."""
+    racks = max(1, nodes // 5 // 18)
+    mig, cpu = max(1, nodes // 20), max(1, nodes // 50)
+    hgx = max(2, nodes - racks * 18 - mig - cpu)
+    north = hgx * 4 // 5
+    return f"gb200-nvl72:{racks},h100-hgx:{north}@north,h100-hgx:{hgx - north}@south,a100-mig:{mig},cpu:{cpu}"
+
+
+def setup_django() -> None:
+    os.environ.update(
+        LLMGW_DATA_DIR=tempfile.mkdtemp(prefix="llmgw-bench-api-"),
+        LLMGW_DATABASE_URL=f"{PG}/{DB}",
+        DJANGO_SETTINGS_MODULE="llmgw.settings",
+    )
+    os.environ.pop("LLMGW_REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def build(nodes: int) -> tuple[int, int, float]:
+    """Store the fleet and its replicas; (nodes, replicas, seconds spent ingesting)."""
+    from django.utils import timezone
+
+    from agent.simulator.fleet import build_fleet
+    from catalog import service
+    from inventory.ingest import ingest_report
+    from inventory.models import Node
+    from placement.models import Replica, Shard
+
+    now = timezone.now()
+    sims = build_fleet(spec_for(nodes))
+    started = time.perf_counter()
+    rows = Node.objects.bulk_create(Node(name=s.name, last_seen=now) for s in sims)
+    for node, sim in zip(rows, sims, strict=True):
+        ingest_report(node, sim.report(), now)
+    took = time.perf_counter() - started
+    model = service.add_model(
+        {
+            "name": "llama-8b",
+            "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+            "scaling": {"min": 1, "max": 100_000},
+            "profiles": [{"name": "h100", "engine": "vllm", "gpu_class": "h100-80g", "gpus": 2, "tp": 2}],
+        },
+        actor="bench",
+    )
+    profile = model.profiles.get()
+    hgx = [n for n, s in zip(rows, sims, strict=True) if s.kind == "h100-hgx"]
+    replicas = Replica.objects.bulk_create(
+        Replica(
+            model=model, profile=profile, profile_name="h100", profile_fingerprint=profile.fingerprint, state="ready"
+        )
+        for _ in hgx
+    )
+    Replica.objects.update(state="ready")
+    Shard.objects.bulk_create(
+        Shard(replica=r, node=n, rank=0, gpu_indices=[0, 1], state="ready") for r, n in zip(replicas, hgx, strict=True)
+    )
+    # What autovacuum would have done by now on a fleet this size: the planner needs the row counts.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return len(rows), len(replicas), took
+
+
+def measure(requests: int) -> list[tuple[str, float, float, float, int]]:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    from llmgw.core.models import ApiToken
+
+    _, secret = ApiToken.issue(get_user_model().objects.create_user("bench"), "bench")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    out = []
+    for path in PATHS:
+        client.get(path)  # warm: imports, the token's last_used_at
+        times = []
+        for _ in range(requests):
+            started = time.perf_counter()
+            answer = client.get(path)
+            times.append((time.perf_counter() - started) * 1000)
+            assert answer.status_code == 200, answer.content[:300]
+        with CaptureQueriesContext(connection) as seen:
+            size = len(client.get(path).content)
+        times.sort()
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+        out.append((path, statistics.median(times), p99, size / 1e6, len(seen)))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=50)
+    args = parser.parse_args()
+    reset_database()
+    setup_django()
+    nodes, replicas, took = build(args.nodes)
+    from inventory.models import GPU
+
+    print(f"fleet: {nodes} nodes, {GPU.objects.count()} GPU rows, {replicas} replicas (ingested in {took:.1f} s)")
+    print(f"{'endpoint':<22}{'p50 ms':>9}{'p99 ms':>9}{'MB':>7}{'queries':>9}   ({args.requests} requests each)")
+    for path, p50, p99, mb, queries in measure(args.requests):
+        print(f"{path:<22}{p50:>9.1f}{p99:>9.1f}{mb:>7.2f}{queries:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""ctl commands about models: models, add-model, remove-model, scale, replicas, explain, capacity, orphans, collect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import yaml
+from rich.console import Console
+
+from llmgw.ctl import show
+from llmgw.ctl.client import Client, CtlError
+
+
+def models(client: Client, console: Console, args) -> object:
+    rows = client.get("models")
+    if args.json:
+        return rows
+    t = show.table("MODEL", "READY", "MIN-MAX", "IDLE TIMEOUT", "PROFILES", "ALIASES", "")
+    for m in rows:
+        flags = [
+            w for w, on in (("parked", m["parked"]), ("unplaceable", m["unplaceable"]), ("file", m["read_only"])) if on
+        ]
+        idle = show.ago(m["idle_timeout_seconds"]) if "idle_timeout_seconds" in m else "never"
+        t.add_row(
+            m["name"],
+            f"{m['ready_replicas']}/{m['total_replicas']}",
+            f"{m['min_replicas']}-{m['max_replicas']}",
+            idle,
+            ", ".join(p["name"] for p in m["profiles"]),
+            ", ".join(m["aliases"]),
+            " ".join(flags),
+        )
+    console.print(t)
+    return None
+
+
+def add_model(client: Client, console: Console, args) -> object:
+    path = Path(args.file)
+    try:
+        definition = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise CtlError(f"{path} could not be read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CtlError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(definition, dict):
+        raise CtlError(f"{path} must hold one model definition (a mapping with name:, profiles: …)")
+    answer = client.post("models", definition)
+    warning = client.last_headers.get("X-Llmgw-Warning")
+    if args.json:
+        return answer
+    console.print(f"added {answer['name']}")
+    for line in (warning or "").split(" | "):
+        if line:
+            console.print(f"[yellow]warning:[/] {line}")
+    return None
+
+
+def remove_model(client: Client, console: Console, args) -> object:
+    answer = client.delete(f"models/{quote(args.model, safe='')}")
+    if args.json:
+        return answer
+    console.print(f"removed {answer['removed']}")
+    return None
+
+
+def scale(client: Client, console: Console, args) -> object:
+    body: dict = {"min": args.min}
+    if args.max is not None:
+        body["max"] = args.max
+    if args.idle_timeout is not None:
+        body["idle_timeout"] = None if args.idle_timeout in ("never", "none", "off") else args.idle_timeout
+    answer = client.post(f"models/{quote(args.model, safe='')}/scale", body)
+    if args.json:
+        return answer
+    idle = show.ago(answer["idle_timeout_seconds"]) if "idle_timeout_seconds" in answer else "never"
+    demand = " (started on demand)" if answer["on_demand"] else ""
+    console.print(f"{answer['model']}: {answer['min']}-{answer['max']} replicas{demand}, idle timeout {idle}")
+    return None
+
+
+def replicas(client: Client, console: Console, args) -> object:
+    rows = client.get("replicas", model=args.model)
+    if args.json:
+        return rows
+    t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "DOWNLOAD")
+    for r in rows:
+        state = r["state"] + (" [yellow]stale[/]" if r["stale"] else "")
+        where = " ".join(f"{s['node']}:{','.join(s['gpu_labels']) or 'cpu'}" for s in r["shards"])
+        download = " ".join(show.fetch(s.get("fetch")) for s in r["shards"] if s.get("fetch"))
+        t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), download)
+    console.print(t)
+    for r in rows:
+        if r.get("error"):
+            console.print(f"[red]{r['id']}[/] {r['error']}")
+    return None
+
+
+def explain(client: Client, console: Console, args) -> object:
+    view = client.get("explain-placement", model=args.model)
+    if args.json:
+        return view
+    console.print(f"[bold]{view['model']}[/]: " + ("placed" if view["placed"] else "no replica placed"))
+    for r in view["rejections"]:
+        where = " ".join(x for x in (r.get("pool") and f"pool {r['pool']}", r.get("node")) if x)
+        many = f" ({r['nodes']} candidates)" if r.get("nodes", 1) > 1 else ""
+        console.print(f"  {r['profile']}{' ' + where if where else ''}: {r['reason']}{many}")
+    if view.get("note"):
+        console.print(view["note"])
+    return None
+
+
+def capacity(client: Client, console: Console, args) -> object:
+    rows = client.get("capacity")
+    if args.json:
+        return rows
+    t = show.table("MODEL", "PROFILE", "MEASURED", "BY", "FIGURES")
+    for c in rows:
+        figures = ", ".join(f"{k} {v}" for k, v in c["measurement"].items())
+        t.add_row(c["model"], c["profile"], c["measured_at"][:19], c.get("measured_by", ""), figures)
+    console.print(t)
+    return None
+
+
+def orphans(client: Client, console: Console, args) -> object:
+    answer = client.get("weights/orphans")
+    if args.json:
+        return answer
+    _weights(console, answer)
+    if answer["orphans"]:
+        console.print("`llmgw ctl collect` asks the agents to delete them")
+    return None
+
+
+def collect(client: Client, console: Console, args) -> object:
+    answer = client.post("weights/collect", {"nodes": args.node} if args.node else {})
+    if args.json:
+        return answer
+    _weights(console, answer)
+    console.print(f"requested by {answer['requested_by']}; {answer['already_pending']} were already pending")
+    console.print(answer["note"])
+    return None
+
+
+def _weights(console: Console, answer: dict) -> None:
+    t = show.table("NODE", "PATH", "SIZE")
+    for o in answer["orphans"]:
+        t.add_row(o["node"], o["path"], show.size(o.get("bytes")))
+    console.print(t)
+    console.print(f"{answer['weights']} weights on {answer['nodes']} nodes, {show.size(answer['bytes'])}")

@@ -1,0 +1,232 @@
+"""ctl commands about the fleet: status, nodes, node, cordon/uncordon/drain, logs, nvlink, fabrics, topology."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from rich.console import Console
+
+from llmgw.ctl import show
+from llmgw.ctl.client import Client
+
+
+def status(client: Client, console: Console, args) -> object:
+    s = client.get("summary")
+    if args.json:
+        return s
+    n = s["nodes"]
+    console.print(
+        f"[bold]nodes[/] {n['total']}: {n['ready']} ready, {n['cordoned']} cordoned, "
+        f"{n['draining']} draining, {n['unreachable']} unreachable"
+    )
+    t = show.table("CLASS", "TOTAL", "USED", "FREE", "UNHEALTHY", "HELD", title="devices by class")
+    for c in s["gpus"]:
+        t.add_row(c["class"], *(str(c[k]) for k in ("total", "used", "free", "unhealthy", "held")))
+    console.print(t)
+    if s["fabrics"]:
+        t = show.table("FABRIC", "NODES", "LARGEST FREE BLOCK", "NODES WITH WEIGHTS", "MODELS", title="fabrics")
+        for f in s["fabrics"]:
+            t.add_row(
+                f["fabric"],
+                str(f["nodes"]),
+                str(f["largest_free_block"]),
+                str(f["nodes_with_weights"]),
+                str(f["models_present"]),
+            )
+        console.print(t)
+    r, m = s["replicas"], s["models"]
+    console.print(
+        f"[bold]replicas[/] {r['total']}: {r['ready']} ready, {r['starting']} starting ({r['fetching']} downloading), "
+        f"{r['stopping']} stopping, {r['failed']} failed, {r['stale']} stale"
+    )
+    console.print(f"[bold]models[/] {m['total']}: {m['satisfied']} satisfied, {m['short']} short")
+    if s["unplaceable"]:
+        console.print("[red]unplaceable:[/] " + ", ".join(s["unplaceable"]) + "  (see `llmgw ctl explain MODEL`)")
+    for p in s["parked"]:
+        console.print(f"[red]parked:[/] {p['model']} after {p['failures']} failed starts: {p['reason']}")
+    for i in s["idle_replicas"]:
+        console.print(
+            f"[yellow]idle:[/] {i['model']}#{i['id']} holds {i['gpus']} GPUs, unused for {show.ago(i['idle_seconds'])}"
+        )
+    for member in s.get("store", []):
+        lag = "?" if member["lag"] < 0 else show.size(member["lag"])
+        console.print(
+            f"[bold]store[/] {member['name']} ({member['host']}) {member['role']} {member['state']} lag {lag}"
+        )
+    if s.get("store_error"):
+        console.print(f"[red]store:[/] {s['store_error']}")
+    return None
+
+
+def _state(n: dict) -> str:
+    return n["state"] if n["reachable"] else f"{n['state']}, [red]unreachable[/]"
+
+
+def nodes(client: Client, console: Console, args) -> object:
+    rows = client.get("nodes")
+    if args.json:
+        return rows
+    t = show.table("NODE", "STATE", "DEVICES (FREE/TOTAL)", "REPLICAS", "NVLINK", "CPU", "SEEN")
+    for n in rows:
+        load = n.get("load", {})
+        cpu = f"{load['cpu_percent']:.0f}%" if "cpu_percent" in load else "-"
+        t.add_row(
+            n["id"],
+            _state(n),
+            show.devices(n["devices"]),
+            str(n["replicas"]),
+            "yes" if n.get("nvlink_domain") else "-",
+            cpu,
+            show.ago(n.get("last_seen_seconds")),
+        )
+    console.print(t)
+    for n in rows:
+        for line in n["unhealthy_gpus"]:
+            console.print(f"[yellow]{n['id']}[/] {line}")
+    return None
+
+
+def node(client: Client, console: Console, args) -> object:
+    n = client.get(f"nodes/{quote(args.node, safe='')}")
+    if args.json:
+        return n
+    console.print(f"[bold]{n['id']}[/] {_state(n)}  {n.get('os', '')}  agent {n.get('agent_version', '?')}")
+    console.print(f"devices: {show.devices(n['devices'])}; replicas: {n['replicas']}")
+    if n.get("nvlink_domain") or n.get("imex"):
+        console.print(f"NVLink domain: {n.get('nvlink_domain', 'none')}; IMEX {n.get('imex', 'not reported')}")
+    if n["gpus"]:
+        t = show.table("GPU", "CLASS", "NUMA", "NEAREST NIC", "FABRIC", "DOMAIN", "HEALTH", "HELD BY", title="GPUs")
+        for g in n["gpus"]:
+            nic = f"{g['nearest_nic']} ({g['nic_path']})" if "nearest_nic" in g else "-"
+            fabric = g.get("fabric_state", "-") + (" [yellow]degraded[/]" if g.get("degraded") else "")
+            t.add_row(
+                g["label"],
+                g["class"],
+                str(g.get("numa", "?")),
+                nic,
+                fabric,
+                g.get("domain", "-"),
+                "ok" if g["healthy"] else f"[red]{g['health'][0]}[/]",
+                g.get("held_by", ""),
+            )
+        console.print(t)
+        _nvlink_matrix(console, n["gpus"])
+    if n["ib_ports"]:
+        t = show.table("PORT", "STATE", "RATE", "FABRIC", "PHYSICAL", "ERRORS", title="InfiniBand / RoCE")
+        for p in n["ib_ports"]:
+            errors = ", ".join(f"{k} {v}" for k, v in p["errors"].items()) or "-"
+            t.add_row(
+                f"{p['hca']}/{p['port']}",
+                p["state"],
+                f"{p.get('rate_gbps', '?')} Gb/s",
+                p.get("fabric", "-"),
+                p.get("physical", p.get("sm_error", "?")),
+                errors,
+            )
+        console.print(t)
+    if n["shards"]:
+        t = show.table("SHARD", "MODEL", "GPUS", "STATE", "ERROR", title="shards")
+        for s in n["shards"]:
+            t.add_row(s["id"], s["model"], ",".join(s["gpus"]), s["state"], s.get("error", ""))
+        console.print(t)
+    for line in n.get("problems", []) + n.get("warnings", []):
+        console.print(f"[yellow]{line}[/]")
+    return None
+
+
+def _nvlink_matrix(console: Console, gpus: list[dict]) -> None:
+    """Which cards reach which over NVLink, drawn from each card's peers."""
+    cards = [g for g in gpus if "parent" not in g]
+    if not any(g.get("nvlink_peers") for g in cards):
+        return
+    t = show.table("", *(g["label"] for g in cards), title="NVLink")
+    for g in cards:
+        peers = set(g.get("nvlink_peers") or [])
+        t.add_row(
+            g["label"], *("X" if o["index"] == g["index"] else ("NV" if o["index"] in peers else "·") for o in cards)
+        )
+    console.print(t)
+
+
+def set_state(word: str):
+    def run(client: Client, console: Console, args) -> object:
+        answer = client.post(f"nodes/{quote(args.node, safe='')}/state", {"state": word})
+        if args.json:
+            return answer
+        console.print(f"{answer['id']}: {answer['previous']} → {answer['state']}")
+        return None
+
+    return run
+
+
+def logs(client: Client, console: Console, args) -> object:
+    answer = client.get(f"nodes/{quote(args.node, safe='')}/logs", shard=args.shard)
+    if args.json:
+        return answer
+    if not answer["shards"]:
+        console.print(f"{answer['node']} reports no shards")
+    for s in answer["shards"]:
+        console.print(f"[bold]== {s['id']}[/] {s.get('state', '')}")
+        for line in s.get("lines", ["(the agent sent no lines)"]):
+            console.print(line, markup=False, highlight=False)
+    return None
+
+
+def nvlink(client: Client, console: Console, args) -> object:
+    report = client.get("nvlink")
+    if args.json:
+        return report
+    if not report["domains"] and not report["unassigned"]:
+        console.print("no multi-node NVLink domain has been reported")
+    for d in report["domains"]:
+        name = d.get("name") or d["key"]
+        console.print(
+            f"[bold]{name}[/]: {d['nodes_in']}/{d['nodes_total']} nodes in, {d['nodes_ready']} ready for multi-node; "
+            f"{d['gpus_joined']}/{d['gpus_total']} GPUs joined, {d['gpus_degraded']} degraded"
+        )
+        _out(console, d["nodes"])
+    if report["unassigned"]:
+        console.print("[bold]trying to join, in no known domain[/]")
+        _out(console, report["unassigned"])
+    return None
+
+
+def _out(console: Console, nodes: list[dict]) -> None:
+    for n in nodes:
+        for line in n["out"]:
+            console.print(f"  [red]{n['node']}[/] {line}")
+        for line in n["warnings"]:
+            console.print(f"  [yellow]{n['node']}[/] {line}")
+
+
+def fabrics(client: Client, console: Console, args) -> object:
+    report = client.get("fabrics")
+    if args.json:
+        return report
+    t = show.table("ID", "FABRIC", "KIND", "NODES", "PORTS", "RATE")
+    for p in report["physical"]:
+        rate = f"{p['rate_gbps']:g} Gb/s" if p["rate_gbps"] is not None else "?"
+        t.add_row(p["id"], p["label"], p["kind"], str(len(p["nodes"])), str(len(p["ports"])), rate)
+    console.print(t)
+    for problem in report["problems"]:
+        console.print(f"[yellow]{problem['kind']}[/] {problem['message']}")
+    return None
+
+
+def topology(client: Client, console: Console, args) -> object:
+    page = client.get(f"fabrics/{quote(args.fabric, safe='')}/topology")
+    if args.json:
+        return page
+    console.print(f"[bold]{page['label']}[/] ({page['key']}), {len(page['nodes'])} nodes")
+    for e in page["sms"]:
+        console.print(f"SM {e['kind']} at {e['at']}: {e['old'] or 'none'} → {e['new'] or 'none'}, {e['ports']} ports")
+    for problem in page["problems"]:
+        console.print(f"[yellow]{problem['kind']}[/] {problem['message']}")
+    t = show.table("NODE", "PORT", "STATE", "RATE", "ERRORS", title="this cluster's adapters")
+    for p in page["live"]:
+        errors = ", ".join(f"{k} {v}" for k, v in p["errors"].items()) or "-"
+        t.add_row(p["node"], f"{p['hca']}/{p['port']}", p["state"], f"{p.get('rate_gbps', '?')} Gb/s", errors)
+    console.print(t)
+    if "map" not in page:
+        console.print(page.get("map_note", "no map"))
+    return None

@@ -1,0 +1,99 @@
+"""NVLink domains (what keeps a tray out) and InfiniBand fabrics (physical fabric, problems, a fabric's page)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agent.simulator import fleet as F
+from inventory.models import SubnetManagerChange
+from tests.api.fleet import ingest, ingest_fleet
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rack(db):
+    return {s.name: s for s in ingest_fleet("gb200-nvl72:1,h100-hgx:1@north")}
+
+
+def test_a_healthy_rack_is_one_domain_with_every_tray_in(operator, rack):
+    report = operator.get("/api/v1/nvlink").json()
+    [domain] = report["domains"]
+    assert (domain["nodes_total"], domain["nodes_in"], domain["nodes_ready"]) == (18, 18, 18)
+    assert (domain["gpus_total"], domain["gpus_joined"]) == (72, 72)
+    assert report["unassigned"] == [], "an HGX's own NVSwitch is no domain, and nothing is trying to join one"
+    nodes = operator.get("/api/v1/nodes").json()
+    assert {n["nvlink_domain"] for n in nodes if n["id"].startswith("nvl72")} == {domain["key"]}
+    assert "nvlink_domain" not in next(n for n in nodes if n["id"] == "hgx-000")
+
+
+def test_what_keeps_trays_out_is_said_per_tray(operator, rack):
+    F.tray_leave(rack["nvl72-00-tray-03"])
+    F.imex_down(rack["nvl72-00-tray-05"])
+    F.degrade(rack["nvl72-00-tray-07"], 2)
+    for name in ("nvl72-00-tray-03", "nvl72-00-tray-05", "nvl72-00-tray-07"):
+        ingest(rack[name])
+    [domain] = operator.get("/api/v1/nvlink").json()["domains"]
+    trays = {n["node"]: n for n in domain["nodes"]}
+    assert domain["nodes_total"] == 18, "a tray that left is still listed under its rack"
+    assert (domain["nodes_in"], domain["nodes_ready"], domain["gpus_joined"], domain["gpus_degraded"]) == (
+        17,
+        16,
+        68,
+        1,
+    )
+    left = trays["nvl72-00-tray-03"]
+    assert not left["in_domain"] and left["out"][0] == "gpu 0 fabric state In Progress" and len(left["out"]) == 4
+    assert trays["nvl72-00-tray-05"]["in_domain"] and trays["nvl72-00-tray-05"]["out"] == ["IMEX down"]
+    amber = trays["nvl72-00-tray-07"]
+    assert amber["ready"] and amber["warnings"] == ["gpu 2 NVLink bandwidth degraded (Degraded)"]
+    assert "nvlink_domain" not in next(n for n in operator.get("/api/v1/nodes").json() if n["id"] == "nvl72-00-tray-03")
+
+
+def test_fabrics_group_ports_by_their_subnet_manager(operator, rack):
+    report = operator.get("/api/v1/fabrics").json()
+    north = next(p for p in report["physical"] if p["declared"] == ["north"])
+    assert north["kind"] == "infiniband" and north["nodes"] == ["hgx-000"] and north["id"].startswith("sm-0x")
+    assert report["nodes"]["hgx-000"] == {"fabric": north["key"], "why_not": None}
+
+
+def test_a_fabric_page_has_its_problems_its_adapters_and_no_map_yet(operator, rack):
+    report = operator.get("/api/v1/fabrics").json()
+    north = next(p for p in report["physical"] if p["declared"] == ["north"])
+    old = north["sm_guid"]
+    for minutes in (30, 10):
+        SubnetManagerChange.objects.create(
+            node_id=_node_id("hgx-000"),
+            hca="mlx5_0",
+            port=1,
+            old_sm_guid="0x1",
+            new_sm_guid=old,
+            at=timezone.now() - timedelta(minutes=minutes),
+        )
+        SubnetManagerChange.objects.create(
+            node_id=_node_id("hgx-000"),
+            hca="mlx5_0",
+            port=1,
+            old_sm_guid=old,
+            new_sm_guid="0x1",
+            at=timezone.now() - timedelta(minutes=minutes + 5),
+        )
+    page = operator.get(f"/api/v1/fabrics/{north['id']}/topology").json()
+    assert page["key"] == north["key"] and len(page["live"]) == 8
+    assert page["live"][0]["node"] == "hgx-000" and page["live"][0]["errors"] == {}
+    assert "map" not in page and "No scan of this fabric has been uploaded" in page["map_note"]
+    assert [p["kind"] for p in page["problems"]] == ["sm_flapping"]
+
+
+def _node_id(name):
+    from inventory.models import Node
+
+    return Node.objects.get(name=name).pk
+
+
+def test_an_unknown_fabric_is_a_404(operator, rack):
+    answer = operator.get("/api/v1/fabrics/sm-0xdead/topology")
+    assert answer.status_code == 404 and "ctl fabrics" in answer.json()["error"]

@@ -1,0 +1,159 @@
+"""The summary: the whole fleet in one answer, in a fixed number of queries whatever its size."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from agent.simulator import fleet as F
+from catalog.models import CatalogModel
+from inventory.models import Node
+from placement.models import PlacementExplanation
+from tests.api.fleet import add_model, ingest, ingest_fleet, place, used_long_ago
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(db):
+    sims = {s.name: s for s in ingest_fleet("h100-hgx:3@north,a100-mig:1,cpu:1")}
+    model = add_model()
+    used_long_ago(place(model, "hgx-000", [0, 1]), 30)
+    place(model, "hgx-001", [0], state="starting", shard_state="fetching")
+    return sims
+
+
+def test_the_summary_adds_up(operator, fleet):
+    F.gpu_lost(fleet["hgx-002"], 7)
+    ingest(fleet["hgx-002"])
+    Node.objects.filter(name="hgx-002").update(state="cordoned")
+    Node.objects.filter(name="cpu-00").update(reachable=False)
+    Node.objects.filter(name="hgx-001").update(weights=[{"path": "/m/a", "name": "a"}, {"path": "/m/b", "name": "b"}])
+    s = operator.get("/api/v1/summary").json()
+    assert s["nodes"] == {"total": 5, "ready": 3, "cordoned": 1, "draining": 0, "unreachable": 1}
+    h100 = next(c for c in s["gpus"] if c["class"] == "h100-80g")
+    # 24 cards: 3 held by shards, 1 unhealthy; the cordoned node's 7 healthy cards are not free capacity.
+    assert (h100["total"], h100["used"], h100["unhealthy"], h100["free"]) == (24, 3, 1, 13)
+    mig = next(c for c in s["gpus"] if c["class"].startswith("a100-80g-mig-"))
+    assert mig["total"] == 4 and mig["held"] == 4
+    assert s["fabrics"] == [
+        {"fabric": "north", "nodes": 3, "nodes_with_weights": 1, "models_present": 2, "largest_free_block": 0}
+    ]
+    assert s["replicas"] | {} == {
+        "total": 2,
+        "ready": 1,
+        "starting": 1,
+        "stopping": 0,
+        "failed": 0,
+        "fetching": 0,
+        "stale": 0,
+    }
+    [idle] = s["idle_replicas"]
+    assert idle["model"] == "llama-8b" and idle["gpus"] == 2 and idle["idle_seconds"] >= 1800
+    assert s["models"] == {"total": 1, "satisfied": 1, "short": 0} and s["unplaceable"] == [] and s["parked"] == []
+    assert "store" not in s, "no Patroni configured: absent"
+
+
+def test_short_unplaceable_and_parked_models_are_named(operator, fleet):
+    cpu = add_model(
+        {
+            "name": "tiny",
+            "scaling": {"min": 1},
+            "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
+        }
+    )
+    on_demand = add_model({"name": "burst", "scaling": {"min": 0, "max": 1}, "profiles": cpu_profile()})
+    PlacementExplanation.objects.create(model=on_demand, placed=False, rejections=[{"profile": "cpu", "reason": "x"}])
+    CatalogModel.objects.filter(pk=cpu.pk).update(parked_at=timezone.now(), parked_error="OOM", failure_streak=5)
+    s = operator.get("/api/v1/summary").json()
+    assert s["models"] == {"total": 3, "satisfied": 1, "short": 2}
+    assert s["unplaceable"] == ["burst"], "an on-demand model asked for and fitting nowhere is short"
+    assert s["parked"] == [{"model": "tiny", "failures": 5, "reason": "OOM"}]
+
+
+def cpu_profile():
+    return [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}]
+
+
+def test_patroni_members_are_shown_and_its_failure_said(operator, fleet, monkeypatch):
+    cluster = {
+        "members": [
+            {"name": "pg1", "host": "10.0.0.1", "role": "leader", "state": "running"},
+            {"name": "pg2", "host": "10.0.0.2", "role": "replica", "state": "streaming", "lag": 4096},
+            {"name": "pg3", "host": "10.0.0.3", "role": "replica", "state": "stopped", "lag": "unknown"},
+        ]
+    }
+    asked = []
+
+    def fake_get(url, timeout):
+        asked.append(url)
+        return httpx.Response(200, json=cluster, request=httpx.Request("GET", url))
+
+    monkeypatch.setenv("LLMGW_PATRONI_URL", "http://patroni:8008/")
+    monkeypatch.setattr(httpx, "get", fake_get)
+    s = operator.get("/api/v1/summary").json()
+    assert asked == ["http://patroni:8008/cluster"]
+    assert [(m["name"], m["role"], m["lag"]) for m in s["store"]] == [
+        ("pg1", "leader", 0),
+        ("pg2", "replica", 4096),
+        ("pg3", "replica", -1),
+    ]
+
+    def down(url, timeout):
+        raise httpx.ConnectError("connection refused")
+
+    monkeypatch.setattr(httpx, "get", down)
+    s = operator.get("/api/v1/summary").json()
+    assert s["store"] == [] and "could not be read: connection refused" in s["store_error"]
+    assert s["nodes"]["total"] == 5, "the rest of the summary is still answered"
+
+
+QUERY_BUDGET = {"/api/v1/summary": 22, "/api/v1/nodes": 6, "/api/v1/nodes/hgx-000": 9, "/api/v1/replicas": 5}
+
+
+def queries(client, path) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as seen:
+        assert client.get(path).status_code == 200
+    return len(seen)
+
+
+@pytest.mark.parametrize("path", list(QUERY_BUDGET))
+def test_a_bigger_fleet_takes_no_more_queries(operator, fleet, path, django_assert_max_num_queries):
+    """No query per node, GPU or replica: growing the fleet fourfold leaves the count where it was."""
+    operator.get(path)  # the token's first use of the minute writes last_used_at; count the requests after it
+    before = queries(operator, path)
+    model = CatalogModel.objects.get(name="llama-8b")
+    for sim in ingest_fleet("h100-hgx:12@south,a100-mig:3", prefix="more-"):
+        if sim.kind == "h100-hgx":
+            place(model, sim.name, [0, 1, 2])
+    assert queries(operator, path) == before
+    with django_assert_max_num_queries(QUERY_BUDGET[path]):
+        operator.get(path)
+
+
+def test_counting_in_the_database_matches_counting_row_by_row(fleet):
+    """The PostgreSQL path (large fleets) and the row-by-row path must give the same summary."""
+    from inventory.models import GPU
+    from llmgw import fleet_sql
+    from llmgw.fleet_summary import summary
+
+    if not fleet_sql.available():
+        pytest.skip("the database path needs PostgreSQL")
+    F.gpu_lost(fleet["hgx-002"], 3)
+    ingest(fleet["hgx-002"])
+    Node.objects.filter(name="hgx-001").update(state="draining")
+    Node.objects.filter(name="cpu-00").update(reachable=False)
+    Node.objects.filter(name="hgx-000").update(weights=[{"path": "/m/a", "name": "a"}, {"path": "/m/b"}, "junk"])
+    mig = Node.objects.get(name="mig-00")
+    # A card carved into the instances already there, one in MIG mode with none, and one instance with its UUID.
+    GPU.objects.create(node=mig, index=0, uuid="GPU-0", name="A100", gpu_class="a100-80g", mig_mode="enabled")
+    GPU.objects.create(node=mig, index=1, uuid="GPU-1", name="A100", gpu_class="a100-80g", mig_mode="Enabled")
+    GPU.objects.filter(node=mig, index=1001).update(mig_uuid="MIG-1")
+    model = CatalogModel.objects.get(name="llama-8b")
+    place(model, "mig-00", [1001, "junk"])
+    now = timezone.now()
+    assert summary(now, in_database=True) == summary(now, in_database=False)

@@ -1,0 +1,147 @@
+"""ctl against the real API in-process: tables for people, --json for scripts, refusals as the server's sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from inventory.models import Node
+from llmgw.core.models import ApiToken, AuditEntry
+from placement.models import Shard
+from tests.api.fleet import add_model, ingest_fleet, place
+from tests.ctl.transport import DjangoTransport, run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ctl(db, monkeypatch, tmp_path):
+    """``llmgw ctl`` as Olivia, with her token in the environment and no config file."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    user = get_user_model().objects.create_user("olivia")
+    _, secret = ApiToken.issue(user, "laptop")
+    monkeypatch.setenv("LLMGW_TOKEN", secret)
+    transport = DjangoTransport()
+    return lambda *argv: run(list(argv), transport)
+
+
+@pytest.fixture
+def fleet(db):
+    ingest_fleet("gb200-nvl72:1,h100-hgx:2@north,a100-mig:1")
+    model = add_model()
+    replica = place(model, "hgx-000", [0, 1], state="starting", shard_state="fetching")
+    Shard.objects.filter(replica=replica).update(
+        fetch_source="hf://m", fetch_done=4_000_000_000, fetch_total=16_000_000_000
+    )
+    return replica
+
+
+def test_status_counts_devices_by_class(ctl, fleet):
+    code, out, _ = ctl("status")
+    assert code == 0
+    assert "nodes 21: 21 ready" in out
+    assert "a100-80g-mig-1g.20gb" in out and "gb200-185g" in out and "h100-80g" in out
+    assert "1 starting (1 downloading)" in out
+
+
+def test_nodes_and_one_node(ctl, fleet):
+    code, out, _ = ctl("nodes")
+    assert code == 0 and "14/16" not in out and "6/8 h100-80g" in out and "0/4 a100-80g-mig-1g.20gb" in out
+    code, out, _ = ctl("node", "hgx-000")
+    assert code == 0 and "mlx5_0 (PIX)" in out and "NVLink" in out and "llama-8b#" in out
+
+
+def test_replicas_show_a_download_with_its_progress(ctl, fleet):
+    code, out, _ = ctl("replicas")
+    assert code == 0 and "25% of 16.0 GB" in out and "hgx-000:0,1" in out
+    code, out, _ = ctl("replicas", "llama", "--json")
+    assert json.loads(out)[0]["shards"][0]["fetch"]["percent"] == 25
+
+
+def test_json_is_the_servers_answer(ctl, fleet):
+    code, out, _ = ctl("--json", "nodes")
+    assert code == 0 and {n["id"] for n in json.loads(out)} >= {"hgx-000", "mig-00"}
+    code, out, _ = ctl("status", "--json")
+    assert json.loads(out)["nodes"]["total"] == 21
+
+
+def test_cordon_drain_uncordon_record_the_actor(ctl, fleet):
+    assert ctl("cordon", "hgx-001")[1].strip() == "hgx-001: ready → cordoned"
+    assert ctl("drain", "hgx-001", "--actor", "ana")[0] == 0
+    assert Node.objects.get(name="hgx-001").state == "draining"
+    assert ctl("uncordon", "hgx-001")[0] == 0
+    assert list(AuditEntry.objects.filter(target="hgx-001").order_by("at").values_list("action", "actor")) == [
+        ("cordon", "olivia"),
+        ("drain", "ana"),
+        ("uncordon", "olivia"),
+    ]
+
+
+def test_a_refusal_prints_the_servers_sentence_and_fails(ctl, fleet):
+    code, out, err = ctl("cordon", "nope")
+    assert code == 1 and out == ""
+    assert err.strip() == "llmgw ctl: no node named 'nope'; `llmgw ctl nodes` lists them"
+    code, _, err = ctl("scale", "llama-8b", "3", "1")
+    assert code == 1 and "max" in err
+
+
+def test_a_read_only_token_is_told_so(ctl, fleet, monkeypatch):
+    _, secret = ApiToken.issue(get_user_model().objects.create_user("rui"), "ro", read_only=True)
+    code, _, err = ctl("--token", secret, "drain", "hgx-001")
+    assert code == 1 and "read-only" in err
+
+
+def test_without_a_token_ctl_says_where_to_put_one(ctl, fleet, monkeypatch):
+    monkeypatch.delenv("LLMGW_TOKEN")
+    code, _, err = ctl("status")
+    assert code == 1 and "LLMGW_TOKEN" in err
+
+
+def test_scale_add_remove_and_explain(ctl, fleet, tmp_path):
+    code, out, _ = ctl("scale", "llama", "0", "3", "--idle-timeout", "30m")
+    assert code == 0 and out.strip() == "llama-8b: 0-3 replicas (started on demand), idle timeout 30m"
+    assert ctl("scale", "llama", "1", "--idle-timeout", "never")[1].strip().endswith("idle timeout never")
+    definition = tmp_path / "tiny.yaml"
+    definition.write_text(
+        "name: tiny\nscaling: {min: 0, max: 1}\n"
+        "profiles:\n  - {name: b200, engine: vllm, gpu_class: b200-180g, gpus: 1}\n"
+    )
+    code, out, _ = ctl("add-model", str(definition))
+    assert code == 0 and "added tiny" in out and "warning:" in out and "b200-180g" in out
+    code, out, _ = ctl("explain", "tiny")
+    assert code == 0 and "no replica placed" in out and "has not looked" in out
+    assert ctl("remove-model", "tiny")[1].strip() == "removed tiny"
+    code, _, err = ctl("add-model", str(tmp_path / "missing.yaml"))
+    assert code == 1 and "could not be read" in err
+
+
+def test_logs_nvlink_fabrics_topology(ctl, fleet):
+    Node.objects.filter(name="hgx-000").update(shard_status=[{"id": "r-0", "log_tail": ["[INFO] ready"]}])
+    code, out, _ = ctl("logs", "hgx-000")
+    assert code == 0 and "[INFO] ready" in out, "engine lines are printed as they are, not as markup"
+    code, out, _ = ctl("nvlink")
+    assert code == 0 and "18/18 nodes in" in out
+    code, out, _ = ctl("--json", "fabrics")
+    fabric = json.loads(out)["physical"][0]["id"]
+    code, out, _ = ctl("topology", fabric)
+    assert code == 0 and "No scan of this fabric has been uploaded" in out
+
+
+def test_orphans_and_collect(ctl, fleet):
+    Node.objects.filter(name="hgx-001").update(weights=[{"path": "/models/old", "bytes": 2_000_000_000}])
+    code, out, _ = ctl("orphans")
+    assert code == 0 and "/models/old" in out and "2.0 GB" in out
+    code, out, _ = ctl("collect", "--node", "hgx-001")
+    assert code == 0 and "requested by olivia" in out
+
+
+def test_capacity(ctl, fleet, db):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(get_user_model().objects.get(username="olivia"))
+    client.put("/api/v1/models/llama-8b/capacity", {"profile": "h100", "tokens_per_second": 900}, format="json")
+    code, out, _ = ctl("capacity")
+    assert code == 0 and "tokens_per_second 900" in out
