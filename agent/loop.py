@@ -154,12 +154,11 @@ class AgentLoop:
             self.state.last_error = str(exc)
             return backoff_s(self.state.failures, self.rng)
         except Refused as exc:
-            self.state.last_error = exc.message
-            if exc.status == 401 and self.state.registered and self.join_token:
-                # The credential was revoked (or the node deleted): register again.
-                self.state.registered = False
-                return 0.0
+            return self._refused(exc)
+        except Exception as exc:  # a bug in discovery must not stop the heartbeats (logged: BLE allows it)
+            log.exception("agent turn failed; trying again after a pause")
             self.state.failures += 1
+            self.state.last_error = f"{type(exc).__name__}: {exc}"
             return backoff_s(self.state.failures, self.rng)
         self.state.failures = 0
         self.state.last_error = None
@@ -169,8 +168,16 @@ class AgentLoop:
                 self.on_shards(answer["shards"])
         if "scan" in answer and self.on_scan:
             await self._scan(answer["scan"])
-
         return self.heartbeat_interval_s
+
+    def _refused(self, exc: Refused) -> float:
+        self.state.last_error = exc.message
+        if exc.status == 401 and self.state.registered and self.join_token:
+            # The credential was revoked (or the node deleted): register again.
+            self.state.registered = False
+            return 0.0
+        self.state.failures += 1
+        return backoff_s(self.state.failures, self.rng)
 
     async def _scan(self, request: dict) -> None:
         """Run the topology scan the control plane asked for and upload what came of it."""

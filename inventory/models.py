@@ -274,6 +274,9 @@ class FabricScan(models.Model):
     attempted_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     requested_at = models.DateTimeField(null=True, blank=True)
+    assigned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When ``node`` was chosen to run the next scan."
+    )
     pending_since = models.DateTimeField(null=True, blank=True, help_text="Handed to a node, not answered yet.")
 
     class Meta:

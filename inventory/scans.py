@@ -1,16 +1,19 @@
 """Topology scans: which node maps which fabric, when, and what came back.
 
-Steps, each time a node sends its full report:
+Steps:
 
-1. Analyse the fabrics (fabric_inventory) to know the physical fabrics.
-2. For each fabric whose map is older than ``SCAN_EVERY_S``, or that an
-   operator asked to scan, choose one reachable node with an active port on
-   it (the same node as last time when it still qualifies, so one node does
-   the work and the others never run a scan at once).
-3. If that node is the one reporting, its answer carries the scan request;
-   the agent runs ``ibnetdiscover`` on that port and uploads the output.
-4. An upload is parsed before it is kept. A failure keeps the last good map
-   and records the error and the time.
+1. Once a minute (``inventory.tasks.plan_scans``) the fabrics are analysed,
+   and for each fabric whose map is older than ``LLMGW_SCAN_EVERY_S``, or that
+   an operator asked to scan, one reachable node with an active port on it is
+   assigned the scan (the same node as last time when it still qualifies, so
+   one node does the work and the others never scan at once).
+2. When that node next sends its full report, the answer carries the scan
+   request (one indexed query: nothing is analysed on the report's path), and
+   the scan is marked pending.
+3. The agent runs ``ibnetdiscover`` on that port and uploads the output. An
+   upload is parsed before it is kept; a failure keeps the last good map and
+   records the error and the time. A scan handed out and never answered is
+   assigned again after ``PENDING_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from django.utils import timezone
 
 from inventory.fabric_inventory import analyze_inventory
 from inventory.ibnetdiscover import TopologyParseError, parse
-from inventory.models import FabricScan, IBPort, Node
+from inventory.models import FabricScan, Node
 
 SCAN_LIMIT = 16 * 1024 * 1024
 # A scan that was handed out but not answered is handed out again after this.
@@ -45,29 +48,37 @@ def _due(scan: FabricScan | None, now: datetime) -> bool:
     return now - last >= scan_every()
 
 
-def scan_for(node: Node, now: datetime) -> dict | None:
-    """The scan this node should run now, if any: {"fabric", "hca", "port"}."""
-    if not IBPort.objects.filter(node=node, link_layer="InfiniBand").exists():
-        return None
+def plan_scans(now: datetime) -> list[str]:
+    """Assign each due fabric's scan to one node; returns the fabrics assigned."""
     report = analyze_inventory(now)
     scans = {s.fabric_key: s for s in FabricScan.objects.select_related("node")}
     reachable = set(Node.objects.filter(reachable=True).values_list("name", flat=True))
+    nodes = dict(Node.objects.filter(name__in=reachable).values_list("name", "pk"))
+    assigned = []
     for fabric in report.physical:
-        if fabric.kind != "infiniband" or not _due(scans.get(fabric.key), now):
+        scan = scans.get(fabric.key)
+        if fabric.kind != "infiniband" or not _due(scan, now):
             continue
         ports = sorted((p.node, p.hca, p.port) for p in fabric.ports if p.node in reachable)
         if not ports:
             continue
-        scan = scans.get(fabric.key)
         keeper = scan.node.name if scan and scan.node and any(n == scan.node.name for n, _, _ in ports) else ports[0][0]
-        if keeper != node.name:
-            continue
-        hca, port = next((h, p) for n, h, p in ports if n == node.name)
+        hca, port = next((h, p) for n, h, p in ports if n == keeper)
         FabricScan.objects.update_or_create(
-            fabric_key=fabric.key, defaults={"node": node, "hca": hca, "port": port, "pending_since": now}
+            fabric_key=fabric.key,
+            defaults={"node_id": nodes[keeper], "hca": hca, "port": port, "assigned_at": now, "pending_since": None},
         )
-        return {"fabric": fabric.key, "hca": hca, "port": port}
-    return None
+        assigned.append(fabric.key)
+    return assigned
+
+
+def scan_for(node: Node, now: datetime) -> dict | None:
+    """The scan assigned to this node and not yet handed out, if any: {"fabric", "hca", "port"}."""
+    scan = FabricScan.objects.filter(node=node, assigned_at__isnull=False, pending_since__isnull=True).first()
+    if scan is None:
+        return None
+    FabricScan.objects.filter(pk=scan.pk).update(pending_since=now)
+    return {"fabric": scan.fabric_key, "hca": scan.hca, "port": scan.port}
 
 
 @transaction.atomic
@@ -75,7 +86,7 @@ def record_scan(node: Node, body: dict, now: datetime) -> FabricScan:
     """Keep an uploaded scan; a failed or unreadable one keeps the previous map and says why."""
     scan, _ = FabricScan.objects.select_for_update().get_or_create(fabric_key=body["fabric"])
     scan.node, scan.hca, scan.port = node, body.get("hca", ""), body.get("port")
-    scan.attempted_at, scan.pending_since = now, None
+    scan.attempted_at, scan.pending_since, scan.assigned_at = now, None, None
     output, error = body.get("output"), body.get("error")
     if not error:
         try:

@@ -47,3 +47,14 @@ def check_reachability() -> dict:
             ),
         )
     return {"unreachable": len(result.unreachable), "lost": len(result.lost)}
+
+
+@shared_task(name="inventory.tasks.plan_scans", ignore_result=True)
+def plan_scans() -> dict:
+    """Choose which node maps each due fabric; nodes pick their scan up with their next full report."""
+    from inventory import scans
+
+    with exclusive("inventory.tasks.plan_scans") as held:
+        if not held:
+            return {"skipped": "another worker holds the lock"}
+        return {"assigned": scans.plan_scans(timezone.now())}

@@ -21,6 +21,7 @@ app.autodiscover_tasks(["llmgw.core", "inventory", "catalog", "placement", "dash
 PERIODIC: dict[str, tuple[str, float]] = {
     "tick": ("llmgw.core.tasks.tick", 10.0),
     "reachability": ("inventory.tasks.check_reachability", 5.0),
+    "plan_scans": ("inventory.tasks.plan_scans", 60.0),
 }
 
 

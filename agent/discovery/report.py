@@ -224,14 +224,14 @@ def collect_gpus(
     return section
 
 
-def _collect_node(sources: Sources, run: Run) -> dict[str, Any]:
+def _collect_node(sources: Sources, run: Run, sampler: Any = None) -> dict[str, Any]:
     """The other half of the report (host, IMEX, InfiniBand, disks, engines, weights); imported lazily."""
     try:
         from agent.discovery.node import collect_node
     except ImportError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
     try:
-        return dict(collect_node(sources, run=run))
+        return dict(collect_node(sources, run=run, sampler=sampler))
     except DiscoveryError as exc:
         return {"problems": [f"node facts not collected: {exc}"]}
 
@@ -245,11 +245,14 @@ def build_report(
     node: bool = True,
     section: GpuSection | None = None,
     kernel_log: str | None = None,
+    sampler: Any = None,
 ) -> dict[str, Any]:
     """The whole report as a JSON-able dict. Never raises for bad input: every failure is a problem.
 
     ``section`` is a GPU section already collected (the CLI looks at it first to
     tell "nothing readable" apart); ``node=False`` leaves out the node half.
+    ``sampler`` is the agent's long-lived LoadSampler: passed on every report,
+    it lets CPU use be measured between them (without it, CPU use is unknown).
     """
     if section is None:
         section = collect_gpus(sources, nvml_api=nvml_api, run=run, kernel_log=kernel_log)
@@ -266,7 +269,7 @@ def build_report(
     report["gpus"] = section.gpus
     problems = list(section.problems)
     if node:
-        for key, value in _collect_node(sources, run).items():
+        for key, value in _collect_node(sources, run, sampler).items():
             if key == "problems":
                 problems.extend(value or [])
             elif key not in report:

@@ -156,7 +156,7 @@ async def scenario(server: Server, join: str, inv: Inventory) -> None:
 
 @pytest.mark.slow
 def test_each_simulated_fabric_uploads_its_scan(tmp_path):
-    server = Server(tmp_path)
+    server = Server(tmp_path, LLMGW_EVERY_PLAN_SCANS="1")
     try:
         server.wait_ready()
         join = (server.data / "join-token").read_text().strip()

@@ -51,6 +51,7 @@ def test_two_physical_fabrics_and_the_mislabelled_node_is_named(two_fabrics):
 
 
 def test_one_node_per_fabric_is_asked_to_scan(two_fabrics):
+    assert len(scans.plan_scans(NOW)) == 2
     asked = {}
     for node in Node.objects.order_by("name"):
         request = scans.scan_for(node, NOW)
@@ -58,11 +59,13 @@ def test_one_node_per_fabric_is_asked_to_scan(two_fabrics):
             asked[request["fabric"]] = node.name
     assert len(asked) == 2 and set(asked.values()) == {"hgx-000", "hgx-004"}
     # Handed out and not answered: nobody is asked again meanwhile.
+    assert scans.plan_scans(NOW + timedelta(seconds=5)) == []
     assert all(scans.scan_for(n, NOW + timedelta(seconds=5)) is None for n in Node.objects.all())
 
 
 def test_an_upload_is_kept_and_a_failure_keeps_the_last_map(two_fabrics):
     node = Node.objects.get(name="hgx-000")
+    scans.plan_scans(NOW)
     request = scans.scan_for(node, NOW)
     kept = scans.record_scan(node, {**request, "output": F.scan_capture(), "took_ms": 840}, NOW)
     assert kept.error == "" and kept.scanned_at == NOW and kept.took_ms == 840
@@ -75,10 +78,13 @@ def test_an_upload_is_kept_and_a_failure_keeps_the_last_map(two_fabrics):
 
 def test_a_fresh_map_is_not_scanned_again_until_it_is_old_or_asked_for(two_fabrics):
     node = Node.objects.get(name="hgx-000")
+    scans.plan_scans(NOW)
     request = scans.scan_for(node, NOW)
     scans.record_scan(node, {**request, "output": F.scan_capture()}, NOW)
+    scans.plan_scans(NOW + timedelta(minutes=5))
     assert scans.scan_for(node, NOW + timedelta(minutes=5)) is None
     scans.request_scan(request["fabric"])
+    assert request["fabric"] in scans.plan_scans(NOW + timedelta(minutes=6))
     assert scans.scan_for(node, NOW + timedelta(minutes=6))["fabric"] == request["fabric"]
     assert FabricScan.objects.get(fabric_key=request["fabric"]).pending_since is not None
 

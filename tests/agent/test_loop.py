@@ -1,0 +1,123 @@
+"""The agent loop's promises: report cadence, backoff with jitter, recovery with a full report."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from agent.client import Refused, Registration, Unreachable
+from agent.loop import BACKOFF_MAX_S, AgentLoop, Identity, backoff_s
+
+
+class FakePlane:
+    """A control plane that can be switched off, recording what it was sent."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.sent: list[str] = []
+        self.credential = None
+        self.revoked = False
+
+    async def register(self, join, name, machine_id, report):
+        self._check("register")
+        return Registration(node=name, credential="cred", heartbeat_interval_s=5, report_interval_s=60)
+
+    async def report(self, report):
+        self._check("report")
+        return {"shards": [{"id": "r-0"}]}
+
+    async def heartbeat(self, beat):
+        self._check("heartbeat")
+        if self.revoked:
+            raise Refused(401, "revoked")
+        return {"shards": [{"id": "r-0"}], "send_report": False}
+
+    def _check(self, kind: str) -> None:
+        if not self.up:
+            raise Unreachable("down")
+        self.sent.append(kind)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def report() -> dict:
+    return {"gpus": []}
+
+
+async def beat() -> dict:
+    return {}
+
+
+def make(plane: FakePlane, clock: Clock, token: str | None = "join") -> AgentLoop:
+    return AgentLoop(plane, Identity("n", "m"), token, report, beat, rng=random.Random(1), clock=clock)
+
+
+def test_register_then_heartbeats_then_a_report_every_minute():
+    plane, clock = FakePlane(), Clock()
+    loop = make(plane, clock)
+
+    async def go():
+        for _ in range(3):
+            await loop.turn()
+            clock.t += 5
+        clock.t += 60
+        await loop.turn()
+
+    asyncio.run(go())
+    assert plane.sent == ["register", "heartbeat", "heartbeat", "report"]
+    assert loop.state.desired_shards == [{"id": "r-0"}]
+
+
+def test_backoff_grows_with_full_jitter_and_is_capped():
+    rng = random.Random(7)
+    for failures in range(1, 30):
+        ceiling = min(BACKOFF_MAX_S, 2 ** min(failures, 16))
+        delays = [backoff_s(failures, rng) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling * 0.8, "full jitter spreads over the whole range"
+
+
+def test_an_outage_is_waited_out_and_ends_with_a_full_report():
+    plane, clock = FakePlane(), Clock()
+    loop = make(plane, clock)
+
+    async def go():
+        await loop.turn()  # register
+        plane.up = False
+        delays = [await loop.turn() for _ in range(6)]
+        plane.up = True
+        await loop.turn()
+        return delays
+
+    delays = asyncio.run(go())
+    assert loop.state.failures == 0
+    assert plane.sent[-1] == "report", "what changed meanwhile reaches the server first"
+    assert all(d <= BACKOFF_MAX_S for d in delays) and sum(delays) > 0
+
+
+def test_a_revoked_credential_registers_again_with_the_join_token():
+    plane, clock = FakePlane(), Clock()
+    loop = make(plane, clock)
+
+    async def go():
+        await loop.turn()
+        plane.revoked = True
+        await loop.turn()
+        plane.revoked = False
+        await loop.turn()
+
+    asyncio.run(go())
+    assert plane.sent == ["register", "heartbeat", "register"]
+
+
+def test_without_a_join_token_an_unregistered_agent_says_so():
+    plane, clock = FakePlane(), Clock()
+    loop = make(plane, clock, token=None)
+    asyncio.run(loop.turn())
+    assert "join token" in loop.state.last_error and plane.sent == []
