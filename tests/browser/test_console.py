@@ -57,6 +57,7 @@ def control_plane(tmp_path_factory):
     server = Server(
         tmp_path_factory.mktemp("console"),
         LLMGW_EVERY_REACHABILITY="1",
+        LLMGW_EVERY_PLAN_SCANS="2",
         LLMGW_NODE_GRACE_S="6",
         LLMGW_NODE_LOST_AFTER_S="600",
         LLMGW_DOMAIN_LOST_AFTER_S="600",
@@ -204,7 +205,8 @@ def test_the_fabric_pages_show_the_fabric_and_its_scanned_map(operator_browser):
     )
     screenshot(driver, "fabrics")
     open_live(driver, link)
-    # One node is asked for a scan in the answer to its next full report (every 15 s here); the page
+    # A node assigned the scan (planned every 2 s here) gets it in the answer to its next full report
+    # (every 15 s here) and uploads the map; the page
     # says there is no map until the scan lands, and draws it then without a reload.
     wait_for(
         lambda: driver.execute_script("return document.querySelectorAll('svg.topology rect.host[data-node]').length"),
