@@ -192,7 +192,7 @@ class RackRenderer:
         backplane_x = WIDTH - PAD - BACKPLANE_W
         return Rack(
             key=self.domain.get("key", ""),
-            name=self.domain.get("name") or self.domain.get("key", "unassigned"),
+            name=self._name(nodes),
             width=WIDTH,
             height=bottom + PAD,
             band=(PAD, PAD, WIDTH - 2 * PAD, BAND_H),
@@ -203,6 +203,15 @@ class RackRenderer:
             reasons=[(n["node"], lines) for n in nodes if (lines := self._out(n))],
             warnings=[(n["node"], compress_reasons(n["warnings"])) for n in nodes if n.get("warnings")],
         )
+
+    def _name(self, nodes: list[dict[str, Any]]) -> str:
+        """The domain's name for people; unnamed, its first and last tray, which is how racks are labelled."""
+        if self.domain.get("name"):
+            return self.domain["name"]
+        names = sorted(n["node"] for n in nodes)
+        if len(names) > 1:
+            return f"{names[0]} … {names[-1]}"
+        return names[0] if names else self.domain.get("key") or "unassigned"
 
     @staticmethod
     def _out(node: dict[str, Any]) -> list[str]:

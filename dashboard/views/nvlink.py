@@ -23,6 +23,8 @@ def racks(only_pk: int | None = None) -> list[dict[str, Any]]:
         if only_pk is not None and pk != only_pk:
             continue
         out.append(_entry(pk, domain))
+    # In the order people name racks (their trays' names), not by ClusterUUID.
+    out.sort(key=lambda e: e["rack"].name)
     if only_pk is None and report["unassigned"]:
         # Trays trying to join but naming no domain: "which rack is this" is the first question.
         out.append(_entry(None, {"key": "", "name": "trays in no domain", "nodes": report["unassigned"]}))

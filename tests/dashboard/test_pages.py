@@ -205,6 +205,8 @@ def test_the_rack_page_reads_a_fixed_number_of_queries_however_many_racks(operat
     with django_assert_max_num_queries(len(one.captured_queries)):
         page = operator.get("/admin/nvlink/live").content.decode()
     assert page.count("data-gpu=") == 72 * 3
+    headings = re.findall(r">([\w-]+-tray-00) … ", page)
+    assert headings == ["more-nvl72-00-tray-00", "more-nvl72-01-tray-00", "nvl72-00-tray-00"], "racks by name"
 
 
 def test_the_node_list_reads_a_fixed_number_of_queries_however_many_nodes(operator, db, django_assert_max_num_queries):

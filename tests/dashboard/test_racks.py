@@ -34,6 +34,7 @@ def test_a_whole_nvl72_is_eighteen_trays_of_four_joined_chips(nvl72):
     assert set(chips(rack).values()) == {JOINED} and len(chips(rack)) == 72
     assert rack.state == JOINED and rack.reasons == [] and rack.summary["trays_in"] == 18
     assert [t.label for t in rack.trays[:3]] == ["00", "01", "02"], "the rack's shared prefix is left off"
+    assert rack.name == "nvl72-00-tray-00 … nvl72-00-tray-17", "an unnamed domain goes by its trays"
     # Trays are stacked without overlapping, under the switch band, inside the rack.
     ys = [t.y for t in rack.trays]
     assert ys == sorted(ys) and min(b - a for a, b in itertools.pairwise(ys)) >= 20
