@@ -22,6 +22,12 @@ from agent.discovery.sources import Sources
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmgw discover", description="Discover this machine's GPUs and node facts.")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_source_options(p)
+    return p
+
+
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    """The options that replace a live source by a capture; ``llmgw doctor`` takes the same."""
     p.add_argument("--nvidia-smi-xml", type=Path, metavar="FILE", help="read nvidia-smi -q -x from FILE")
     p.add_argument("--nvidia-smi-text", type=Path, metavar="FILE", help="read nvidia-smi -q from FILE")
     p.add_argument("--nvidia-smi-list", type=Path, metavar="FILE", help="read nvidia-smi -L from FILE")
@@ -31,7 +37,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sysfs-root", type=Path, metavar="DIR", help="read sysfs under DIR instead of /sys")
     p.add_argument("--no-nvml", action="store_true", help="do not use NVML; use nvidia-smi")
     p.add_argument("--model-dir", type=Path, action="append", default=[], metavar="DIR", help="look for weights in DIR")
-    return p
 
 
 def sources_from_args(args: argparse.Namespace) -> Sources:

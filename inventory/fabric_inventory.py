@@ -7,70 +7,84 @@ same answer.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
 from inventory.fabrics import FabricReport, PortFacts, SMChange, analyze
 from inventory.models import IBPort, SubnetManagerChange
 
-SM_HISTORY_DAYS = 7
+# The SM history the analysis looks at: its flapping window is an hour and a
+# single failover stays reported for a day; a week shows the pattern.
+SM_HISTORY = timedelta(days=7)
 
 
-def _blank(value: str) -> str | None:
+PORT_FIELDS = (
+    "node__name",
+    "hca",
+    "port",
+    "state",
+    "phys_state",
+    "rate_gbps",
+    "link_layer",
+    "node_guid",
+    "port_guid",
+    "sm_lid",
+    "sm_guid",
+    "sm_error",
+    "network",
+    "fabric",
+    "counters",
+    "previous_counters",
+)
+
+
+def _blank(value: str | None) -> str | None:
+    """The database keeps unknown strings as ""; the analysis wants None."""
     return value or None
 
 
-def port_facts(port: IBPort, node_name: str) -> PortFacts:
+def _mapping(value) -> dict | None:
+    return value if isinstance(value, dict) else None
+
+
+def port_facts(p: dict) -> PortFacts:
+    """One IBPort row, as ``values(*PORT_FIELDS)`` gives it."""
     return PortFacts(
-        node=node_name,
-        hca=port.hca,
-        port=port.port,
-        state=_blank(port.state),
-        phys_state=_blank(port.phys_state),
-        rate_gbps=port.rate_gbps,
-        link_layer=_blank(port.link_layer),
-        node_guid=_blank(port.node_guid),
-        port_guid=_blank(port.port_guid),
-        sm_lid=port.sm_lid,
-        sm_guid=_blank(port.sm_guid),
-        sm_error=_blank(port.sm_error),
-        network=_blank(port.network),
-        declared_fabric=_blank(port.fabric),
-        counters=port.counters or None,
-        previous_counters=port.previous_counters,
+        node=p["node__name"],
+        hca=p["hca"],
+        port=p["port"],
+        state=_blank(p["state"]),
+        phys_state=_blank(p["phys_state"]),
+        rate_gbps=p["rate_gbps"],
+        link_layer=_blank(p["link_layer"]),
+        node_guid=_blank(p["node_guid"]),
+        port_guid=_blank(p["port_guid"]),
+        sm_lid=p["sm_lid"],
+        sm_guid=_blank(p["sm_guid"]),
+        sm_error=_blank(p["sm_error"]),
+        network=_blank(p["network"]),
+        declared_fabric=_blank(p["fabric"]),
+        counters=_mapping(p["counters"]) or None,
+        previous_counters=_mapping(p["previous_counters"]),
     )
 
 
 def analyze_inventory(now: datetime | None = None) -> FabricReport:
     """Analyse every stored port; two queries whatever the fleet's size."""
     now = now or timezone.now()
-    ports = [
-        port_facts(p, p.node.name)
-        for p in IBPort.objects.select_related("node").only(
-            "hca",
-            "port",
-            "state",
-            "phys_state",
-            "rate_gbps",
-            "link_layer",
-            "node_guid",
-            "port_guid",
-            "sm_lid",
-            "sm_guid",
-            "sm_error",
-            "network",
-            "fabric",
-            "counters",
-            "previous_counters",
-            "node__name",
-        )
-    ]
-    since = now - timezone.timedelta(days=SM_HISTORY_DAYS)
+    ports = [port_facts(p) for p in IBPort.objects.values(*PORT_FIELDS)]
     changes = [
         SMChange(
-            node=c.node.name, hca=c.hca, port=c.port, old=_blank(c.old_sm_guid), new=_blank(c.new_sm_guid), at=c.at
+            node=c["node__name"],
+            hca=c["hca"],
+            port=c["port"],
+            old=_blank(c["old_sm_guid"]),
+            new=_blank(c["new_sm_guid"]),
+            at=c["at"],
         )
-        for c in SubnetManagerChange.objects.filter(at__gte=since).select_related("node")
+        for c in SubnetManagerChange.objects.filter(at__gte=now - SM_HISTORY).values(
+            "node__name", "hca", "port", "old_sm_guid", "new_sm_guid", "at"
+        )
     ]
     return analyze(ports, changes, now)

@@ -12,6 +12,7 @@ from django.core.asgi import get_asgi_application
 django_app = get_asgi_application()
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from gateway.asgi import GatewayApp  # noqa: E402
 from llmgw.agentapi import fast  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
@@ -38,4 +39,5 @@ application = ListenerRouter(
         )
     ),
     gateway_port=settings.LLMGW_GATEWAY_ADDR.port,
+    gateway_app=GatewayApp(),
 )

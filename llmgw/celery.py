@@ -22,6 +22,7 @@ PERIODIC: dict[str, tuple[str, float]] = {
     "tick": ("llmgw.core.tasks.tick", 10.0),
     "reachability": ("inventory.tasks.check_reachability", 5.0),
     "plan_scans": ("inventory.tasks.plan_scans", 60.0),
+    "doctor": ("llmgw.core.tasks.doctor_sweep", 60.0),
 }
 
 

@@ -21,6 +21,7 @@ OWN_COMMANDS = {
     "discover": "agent.discover_cmd",
     "agent": "agent.agent_cmd",
     "simulate": "agent.simulate_cmd",
+    "doctor": "agent.doctor_cmd",
     "ctl": "llmgw.ctl.main",
 }
 

@@ -35,7 +35,7 @@ used AS MATERIALIZED (
 carved AS MATERIALIZED (
     SELECT DISTINCT node_id, parent_index AS idx FROM {GPU._meta.db_table} WHERE parent_index IS NOT NULL
 ),
-d AS MATERIALIZED (
+d AS (
     SELECT g.node_id, g.gpu_class,
            g.health <> '[]'::jsonb AS sick,
            ((g.parent_index IS NULL AND g.index < {MIG_INDEX_BASE}

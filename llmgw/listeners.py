@@ -22,11 +22,17 @@ def gateway_path_allowed(path: str) -> bool:
 
 
 class ListenerRouter:
-    """ASGI wrapper that tags each connection with its listener."""
+    """ASGI wrapper that tags each connection with its listener.
 
-    def __init__(self, app, gateway_port: int) -> None:
+    ``gateway_app``, when given, serves ``/v1/…`` on the gateway listener
+    directly, outside Django's request handling (see gateway.asgi); the
+    admin listener never reaches it.
+    """
+
+    def __init__(self, app, gateway_port: int, gateway_app=None) -> None:
         self.app = app
         self.gateway_port = gateway_port
+        self.gateway_app = gateway_app
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -40,6 +46,8 @@ class ListenerRouter:
                 return await send({"type": "websocket.close", "code": 4404})
             if not gateway_path_allowed(scope["path"]):
                 return await _not_found(send)
+            if self.gateway_app is not None and scope["type"] == "http" and scope["path"] != "/healthz":
+                return await self.gateway_app(scope, receive, send)
         return await self.app(scope, receive, send)
 
 

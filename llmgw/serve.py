@@ -157,7 +157,12 @@ def _group_alive(group: int) -> bool:
 def announce(cfg: config.Config, written: list) -> None:
     print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/)", flush=True)
     print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/", flush=True)
-    mode = "embedded (SQLite/filesystem broker, in-process worker)" if cfg.embedded else "Redis"
+    database = "SQLite" if cfg.database_url.startswith("sqlite") else "PostgreSQL"
+    if cfg.embedded:
+        mode = f"{database}; no Redis: filesystem broker, in-process worker, live updates within this process"
+    else:
+        mode = f"{database}; Redis for the broker and live updates"
+
     print(f"llmgw: data dir {cfg.data_dir}; mode: {mode}", flush=True)
     if written:
         print(

@@ -78,7 +78,13 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": dj_database_url.parse(CONFIG.database_url, conn_max_age=60, conn_health_checks=True)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+# django-prometheus's wrappers of the same backends count queries and errors for /metrics.
+_INSTRUMENTED = {
+    "django.db.backends.postgresql": "django_prometheus.db.backends.postgresql",
+    "django.db.backends.sqlite3": "django_prometheus.db.backends.sqlite3",
+}
+DATABASES["default"]["ENGINE"] = _INSTRUMENTED.get(DATABASES["default"]["ENGINE"], DATABASES["default"]["ENGINE"])
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # WAL lets the web listener read while the embedded worker writes, and
     # IMMEDIATE transactions take the write lock up front instead of failing
     # half-way with "database is locked".

@@ -3,24 +3,23 @@
 The analysis itself is :func:`inventory.fabrics.analyze` (pure); this module
 only feeds it the IBPort and SubnetManagerChange rows and shapes the answer.
 
-A fabric's map needs an ibnetdiscover scan, and scans are not stored yet:
-until they are, the map is absent and ``map_note`` says why, so nobody takes
-an empty drawing for an empty fabric.
+A fabric's map comes from its last ``ibnetdiscover`` scan (inventory/scans.py):
+drawn with the cluster's own adapters marked on it. Until a scan has been
+uploaded the map is absent and ``map_note`` says why, so nobody takes an empty
+drawing for an empty fabric; a scan that failed keeps the last good map, and
+the note says when it failed and why.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
-
-from inventory.fabrics import ERROR_COUNTERS, FabricReport, PortFacts, SMChange, analyze
-from inventory.models import IBPort, SubnetManagerChange
-
-# The SM history the analysis looks at: its flapping window is an hour and a
-# single failover stays reported for a day; a week shows the pattern.
-SM_HISTORY = timedelta(days=7)
+from inventory.fabric_inventory import analyze_inventory
+from inventory.fabrics import ERROR_COUNTERS, FabricReport
+from inventory.ibnetdiscover import TopologyParseError, parse
+from inventory.models import FabricScan, IBPort
+from inventory.topology import build_view
 
 NO_SCAN = (
     "No scan of this fabric has been uploaded, so there is no map to draw yet; "
@@ -29,52 +28,7 @@ NO_SCAN = (
 
 
 def analysis(now: datetime | None = None) -> FabricReport:
-    now = now or timezone.now()
-    ports = [
-        PortFacts(
-            node=p["node__name"],
-            hca=p["hca"],
-            port=p["port"],
-            state=p["state"] or None,
-            phys_state=p["phys_state"] or None,
-            rate_gbps=p["rate_gbps"],
-            link_layer=p["link_layer"] or None,
-            node_guid=p["node_guid"] or None,
-            port_guid=p["port_guid"] or None,
-            sm_lid=p["sm_lid"],
-            sm_guid=p["sm_guid"] or None,
-            sm_error=p["sm_error"] or None,
-            network=p["network"] or None,
-            declared_fabric=p["fabric"] or None,
-            counters=p["counters"] if isinstance(p["counters"], dict) else None,
-            previous_counters=p["previous_counters"] if isinstance(p["previous_counters"], dict) else None,
-        )
-        for p in IBPort.objects.values(
-            "node__name",
-            "hca",
-            "port",
-            "state",
-            "phys_state",
-            "rate_gbps",
-            "link_layer",
-            "node_guid",
-            "port_guid",
-            "sm_lid",
-            "sm_guid",
-            "sm_error",
-            "network",
-            "fabric",
-            "counters",
-            "previous_counters",
-        )
-    ]
-    changes = [
-        SMChange(c["node__name"], c["hca"], c["port"], c["old_sm_guid"] or None, c["new_sm_guid"] or None, c["at"])
-        for c in SubnetManagerChange.objects.filter(at__gte=now - SM_HISTORY).values(
-            "node__name", "hca", "port", "old_sm_guid", "new_sm_guid", "at"
-        )
-    ]
-    return analyze(ports, changes, now)
+    return analyze_inventory(now)
 
 
 def fabrics_report(now: datetime | None = None) -> dict[str, Any]:
@@ -92,8 +46,45 @@ def topology(fabric: str, now: datetime | None = None) -> dict[str, Any] | None:
     view = next(p for p in whole["physical"] if p["key"] == ph.key)
     view["problems"] = [p for p in whole["problems"] if p["physical"] == ph.key]
     view["live"] = _live(ph.ports)
-    view["map_note"] = NO_SCAN
+    _add_map(view, ph.key)
     return view
+
+
+def _add_map(view: dict[str, Any], key: str) -> None:
+    scan = FabricScan.objects.select_related("node").filter(fabric_key=key).first()
+    if scan is not None:
+        view["scan"] = {
+            "node": scan.node.name if scan.node else None,
+            "hca": scan.hca or None,
+            "port": scan.port,
+            "scanned_at": scan.scanned_at,
+            "took_ms": scan.took_ms,
+            "attempted_at": scan.attempted_at,
+            "error": scan.error or None,
+            "requested_at": scan.requested_at,
+        }
+    if scan is None or not scan.output:
+        view["map_note"] = (
+            NO_SCAN
+            if scan is None or not scan.error
+            else (
+                f"The scan at {scan.attempted_at:%Y-%m-%d %H:%M:%S} UTC failed ({scan.error}), and no earlier scan "
+                "was kept, so there is no map to draw yet."
+            )
+        )
+        return
+    try:
+        fabric_map = parse(scan.output)
+    except TopologyParseError as exc:  # kept scans were parsed once; this guards an edited row
+        view["map_note"] = f"The stored map could not be read: {exc}"
+        return
+    hosts = {p["node_guid"]: (p["node"], p["hca"]) for p in view["live"] if p.get("node_guid")}
+    view["map"] = build_view(fabric_map, hosts)
+    if scan.error:
+        view["map_note"] = (
+            f"The last scan, at {scan.attempted_at:%Y-%m-%d %H:%M:%S} UTC, failed ({scan.error}); "
+            f"this is the map from {scan.scanned_at:%Y-%m-%d %H:%M:%S} UTC."
+        )
 
 
 def _live(refs) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ urlpatterns = [
     path("nvlink", fabrics.NVLinkView.as_view(), name="api-nvlink"),
     path("fabrics", fabrics.FabricListView.as_view(), name="api-fabrics"),
     path("fabrics/<str:fabric>/topology", fabrics.TopologyView.as_view(), name="api-fabric-topology"),
+    path("fabrics/<str:fabric>/scan", fabrics.ScanRequestView.as_view(), name="api-fabric-scan"),
     path("weights/orphans", weights.OrphansView.as_view(), name="api-orphans"),
     path("weights/collect", weights.CollectView.as_view(), name="api-collect"),
     re_path(r"^.*$", fleet.NotFoundView.as_view(), name="api-not-found"),

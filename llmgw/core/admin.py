@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from llmgw.core.models import ApiToken, AuditEntry, TaskRun
+from llmgw.core.models import ApiToken, AuditEntry, Finding, TaskRun
 from llmgw.core.tokens import hash_token, hint, new_token
 
 
@@ -45,4 +45,37 @@ class TaskRunAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in TaskRun._meta.fields]
 
     def has_add_permission(self, request):
+        return False
+
+
+class OpenListFilter(admin.SimpleListFilter):
+    title = "open"
+    parameter_name = "open"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "open"), ("no", "resolved")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(resolved_at__isnull=True)
+        if self.value() == "no":
+            return queryset.filter(resolved_at__isnull=False)
+        return queryset
+
+
+@admin.register(Finding)
+class FindingAdmin(admin.ModelAdmin):
+    """Written by the doctor sweeps only: a finding resolves when its cause clears, not by hand."""
+
+    list_display = ["kind", "subject", "severity", "first_seen", "last_seen", "resolved_at"]
+    list_filter = [OpenListFilter, "severity", "kind"]
+    search_fields = ["subject", "message"]
+    date_hierarchy = "first_seen"
+    show_full_result_count = False
+    readonly_fields = [f.name for f in Finding._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from llmgw.config import write_private_file
 from llmgw.core.models import ApiToken
@@ -36,12 +36,25 @@ def issue_join_token(name: str = "default") -> str:
     return secret
 
 
-@transaction.atomic
 def first_start(data_dir: Path) -> Bootstrap:
+    """Create the operator and the secrets once; a host that loses the race to another does nothing.
+
+    Several control hosts may start together on a fresh database: one creates
+    the account, the others find the name taken and leave it alone.
+    """
+    try:
+        return _first_start(data_dir)
+    except IntegrityError:
+        return Bootstrap()
+
+
+@transaction.atomic
+def _first_start(data_dir: Path) -> Bootstrap:
     User = get_user_model()
     result = Bootstrap()
     if User.objects.filter(username=ADMIN_USERNAME).exists():
         return result
+
     password = secrets.token_urlsafe(18)
     user = User.objects.create_superuser(username=ADMIN_USERNAME, email="", password=password)
     _, api_token = ApiToken.issue(user, "created at first start")

@@ -1,9 +1,10 @@
-"""API tokens and the audit log."""
+"""API tokens, the audit log, task runs, the doctor sweeps' findings, and histograms shared by every process."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from llmgw.core.tokens import hash_token, hint, new_token
@@ -80,6 +81,75 @@ class TaskRun(models.Model):
     last_ok = models.BooleanField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     runs = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Severity(models.TextChoices):
+    WARNING = "warning", "warning"
+    CRITICAL = "critical", "critical"
+
+
+class FindingQuerySet(models.QuerySet):
+    def open(self) -> FindingQuerySet:
+        return self.filter(resolved_at__isnull=True)
+
+
+class Finding(models.Model):
+    """Something wrong across the fleet that a doctor sweep found, from when it was first seen until it cleared.
+
+    One open row per (kind, subject). When the condition clears the row is
+    resolved and kept, so the history shows how long it lasted; if it comes
+    back it is a new row with a new ``first_seen``. ``resolved_at`` NULL means
+    still open.
+    """
+
+    kind = models.CharField(max_length=50, db_index=True)
+    subject = models.CharField(max_length=200, help_text="The node, domain, fabric, GPU or model it is about.")
+    message = models.TextField(help_text="What is wrong and what to do, in a sentence or two.")
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    objects = FindingQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-first_seen"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "subject"], condition=Q(resolved_at__isnull=True), name="finding_one_open_per_subject"
+            ),
+            models.CheckConstraint(condition=Q(severity__in=Severity.values), name="finding_severity_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.subject}"
+
+    @property
+    def open(self) -> bool:
+        return self.resolved_at is None
+
+
+class SharedHistogram(models.Model):
+    """A Prometheus histogram every process adds to: the reconciler's runs happen in any worker.
+
+    ``bounds`` are the buckets' upper bounds (+Inf implied); ``counts`` holds
+    one count per bucket, not cumulative, the last one for +Inf. Kept in the
+    database because the figure is fleet-wide: a scrape of any process must
+    see every worker's observations.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    bounds = models.JSONField(default=list)
+    counts = models.JSONField(default=list)
+    total = models.FloatField(default=0.0, help_text="The sum of every observation.")
+    count = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -227,6 +227,21 @@ def topology(client: Client, console: Console, args) -> object:
         errors = ", ".join(f"{k} {v}" for k, v in p["errors"].items()) or "-"
         t.add_row(p["node"], f"{p['hca']}/{p['port']}", p["state"], f"{p.get('rate_gbps', '?')} Gb/s", errors)
     console.print(t)
-    if "map" not in page:
-        console.print(page.get("map_note", "no map"))
+    if "map" in page:
+        counts = page["map"]["counts"]
+        scan = page.get("scan") or {}
+        console.print(
+            f"map: {counts.get('switches', 0)} switches, {counts.get('hosts', 0)} hosts, "
+            f"{counts.get('links', 0)} links (scanned {scan.get('scanned_at')} by {scan.get('node')})"
+        )
+    if page.get("map_note"):
+        console.print(page["map_note"])
+    return None
+
+
+def scan(client: Client, console: Console, args) -> object:
+    answer = client.post(f"fabrics/{quote(args.fabric, safe='')}/scan")
+    if args.json:
+        return answer
+    console.print(f"scan of {answer['fabric']} requested; its node runs it with its next full report")
     return None

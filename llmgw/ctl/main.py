@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     cmd("nvlink", fleet.nvlink, "NVLink domains and what keeps any node out")
     cmd("fabrics", fleet.fabrics, "InfiniBand/RoCE fabrics and their problems")
     cmd("topology", fleet.topology, "one fabric: subnet managers, problems, adapters", arg("fabric"))
+    cmd("scan", fleet.scan, "ask for a fresh topology scan of a fabric", arg("fabric"))
+
     cmd("models", catalog.models, "every model, its scaling and replicas")
     cmd("add-model", catalog.add_model, "add a model from a YAML definition", arg("file", metavar="FILE.yaml"))
     cmd("remove-model", catalog.remove_model, "remove a model", arg("model"))

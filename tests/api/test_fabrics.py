@@ -97,3 +97,33 @@ def _node_id(name):
 def test_an_unknown_fabric_is_a_404(operator, rack):
     answer = operator.get("/api/v1/fabrics/sm-0xdead/topology")
     assert answer.status_code == 404 and "ctl fabrics" in answer.json()["error"]
+
+
+def test_a_scanned_fabric_is_drawn_with_the_clusters_adapters_on_it(operator, reader, rack):
+    from inventory import scans
+    from inventory.models import Node
+
+    north = next(p for p in operator.get("/api/v1/fabrics").json()["physical"] if p["declared"] == ["north"])
+    node = Node.objects.get(name="hgx-000")
+    scans.record_scan(
+        node,
+        {"fabric": north["key"], "hca": "mlx5_0", "port": 1, "output": F.scan_capture(), "took_ms": 900},
+        timezone.now(),
+    )
+    page = operator.get(f"/api/v1/fabrics/{north['id']}/topology").json()
+    assert page["map"]["counts"]["switches"] == 40 and "map_note" not in page
+    ours = [h for h in page["map"]["hosts"] if h.get("node") == "hgx-000"]
+    assert len(ours) == 8, "every adapter of the simulated node is marked on the captured map"
+    assert page["scan"]["node"] == "hgx-000" and page["scan"]["error"] is None
+
+    # A failed scan keeps the map and says when and why.
+    scans.record_scan(node, {"fabric": north["key"], "error": "ibnetdiscover not found"}, timezone.now())
+    page = operator.get(f"/api/v1/fabrics/{north['id']}/topology").json()
+    assert page["map"]["counts"]["switches"] == 40
+    assert "failed (ibnetdiscover not found)" in page["map_note"] and page["scan"]["error"]
+
+    # Asking for a scan is a change: audited, and refused to a read-only token.
+    assert reader.post(f"/api/v1/fabrics/{north['id']}/scan").status_code == 403
+    answer = operator.post(f"/api/v1/fabrics/{north['id']}/scan")
+    assert answer.status_code == 202 and answer.json()["fabric"] == north["key"]
+    assert operator.post("/api/v1/fabrics/sm-0xdead/scan").status_code == 404

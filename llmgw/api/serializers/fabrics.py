@@ -64,9 +64,26 @@ class LivePortSerializer(s.Serializer):
     node_guid = s.CharField(required=False)
 
 
+class ScanSerializer(s.Serializer):
+    node = s.CharField(allow_null=True, help_text="The node that runs this fabric's scans.")
+    hca = s.CharField(allow_null=True)
+    port = s.IntegerField(allow_null=True)
+    scanned_at = s.DateTimeField(allow_null=True, help_text="The last scan kept; null: none yet.")
+    took_ms = s.IntegerField(allow_null=True)
+    attempted_at = s.DateTimeField(allow_null=True)
+    error = s.CharField(allow_null=True, help_text="Why the last attempt failed; null when it did not.")
+    requested_at = s.DateTimeField(allow_null=True, help_text="An operator's request not yet answered.")
+
+
+class ScanRequestSerializer(s.Serializer):
+    fabric = s.CharField()
+    requested_at = s.DateTimeField()
+
+
 class TopologySerializer(PhysicalFabricSerializer):
     problems = ProblemSerializer(many=True)
     live = LivePortSerializer(many=True)
+    scan = ScanSerializer(required=False, help_text="Absent: this fabric has never been scanned.")
     map = s.DictField(child=s.JSONField(), required=False, help_text="Absent until a scan has been uploaded.")
     map_note = s.CharField(required=False)
 

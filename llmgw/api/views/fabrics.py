@@ -5,10 +5,17 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from inventory.scans import request_scan
 from inventory.views_data import fabrics_report, nvlink_report, topology
+from inventory.views_data.fabrics import analysis
 from llmgw.api.base import ApiView, Refused
 from llmgw.api.serializers.common import ERRORS, ErrorSerializer
-from llmgw.api.serializers.fabrics import FabricsSerializer, NVLinkSerializer, TopologySerializer
+from llmgw.api.serializers.fabrics import (
+    FabricsSerializer,
+    NVLinkSerializer,
+    ScanRequestSerializer,
+    TopologySerializer,
+)
 
 
 class NVLinkView(ApiView):
@@ -42,3 +49,22 @@ class TopologyView(ApiView):
         if view is None:
             raise Refused(404, f"no physical fabric {fabric!r}; `llmgw ctl fabrics` lists them with their ids")
         return Response(view)
+
+
+class ScanRequestView(ApiView):
+    @extend_schema(
+        operation_id="fabric_scan",
+        summary="Ask for a fresh topology scan of one fabric; its node runs it with its next report",
+        request=None,
+        responses={202: ScanRequestSerializer, 404: ErrorSerializer, **ERRORS},
+    )
+    def post(self, request, fabric: str):
+        report = analysis()
+        physical = report.fabric(fabric)
+        if physical is None:
+            raise Refused(404, f"no physical fabric {fabric!r}; `llmgw ctl fabrics` lists them with their ids")
+        if physical.kind != "infiniband":
+            raise Refused(400, f"{physical.label} is a RoCE network; only InfiniBand fabrics are scanned")
+        scan = request_scan(physical.key)
+        self.audit(request, "scan", physical.key)
+        return Response({"fabric": physical.key, "requested_at": scan.requested_at}, status=202)

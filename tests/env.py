@@ -1,7 +1,8 @@
-"""Test set-up shared by every app.
+"""Test environment, loaded as a plugin (``-p tests.env`` in pyproject.toml) before Django is set up.
 
-The settings read the environment at import, so the data dir and the database
-are chosen here, before pytest-django imports them. Tests run on PostgreSQL
+The settings read the environment at import, and pytest-django sets Django up
+before any conftest.py is read — so the data dir and the database are chosen
+here, in a plugin pytest imports first. Tests run on PostgreSQL
 (``LLMGW_TEST_DATABASE_URL``, default the local server) as DESIGN.md asks;
 ``LLMGW_TEST_SQLITE=1`` is an escape hatch for a quick run without it.
 """

@@ -1,0 +1,393 @@
+"""The gateway's overhead: llmgw and LiteLLM's proxy against the same fast fake engine.
+
+In one go, on this machine:
+
+1. a fast fake OpenAI-compatible engine (tests/gateway/fake_engine.py, asyncio,
+   a subprocess);
+2. clients straight to it: the floor;
+3. through llmgw: ``llmgw serve --no-worker`` on PostgreSQL (a fresh
+   ``llmgw_bench_gateway`` database), with a key, a price, a team budget and
+   a ready replica row pointing at the fake engine, so every request pays
+   for authentication, budget reservation, routing and usage records;
+4. through LiteLLM's proxy, installed in its own virtual environment under
+   ``--litellm-venv`` (made when missing; if that fails the reason is printed
+   and the rest goes on), pointed at the same engine.
+
+For each path, plain and streaming: requests per second at ``--concurrency``
+for ``--seconds``; latency p50/p99 one request at a time, and what the path
+adds to the direct one; time to first byte of a stream. Each is printed as a
+ratio to the direct path and to LiteLLM. The load generator is a minimal
+keep-alive HTTP/1.1 client so it costs every path the same, little CPU.
+
+    python bench/gateway.py --seconds 10 --concurrency 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+DB = "llmgw_bench_gateway"
+# 1.107.0 was a compromised release: pinned to one before it.
+LITELLM = "litellm[proxy]==1.106.12"
+MODEL = "bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise RuntimeError(f"exited with {proc.returncode} before answering {url}\n{tail}")
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# --- the load generator -------------------------------------------------------
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection; just enough of the protocol for these answers."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, float, float]:
+        """Status, seconds to the first body byte, seconds to the end."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = f"POST {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-length: {len(body)}\r\n"
+        head += "content-type: application/json\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        started = time.perf_counter()
+        self.writer.write(head.encode() + b"\r\n" + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        first = None
+        if "content-length" in fields:
+            await self.reader.readexactly(int(fields["content-length"]))
+            first = time.perf_counter()
+        else:
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+                await self.reader.readexactly(size + 2)
+                if first is None:
+                    first = time.perf_counter()
+                if size == 0:
+                    break
+        if fields.get("connection", "").lower() == "close":
+            self.writer.close()
+            self.writer = None
+        end = time.perf_counter()
+        return status, first - started, end - started
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    path: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    rps: float = 0.0
+    p50: float = 0.0
+    p99: float = 0.0
+    ttfb50: float = 0.0
+    errors: int = 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def body(stream: bool, i: int) -> bytes:
+    # Each request its own prompt, as clients send, so no path can cache an answer.
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": f"question {i}"}]
+    return json.dumps({"model": MODEL, "messages": messages, "stream": stream, "max_tokens": 16}).encode()
+
+
+async def measure(target: Target, stream: bool, seconds: float, concurrency: int, serial: int) -> Result:
+    result = Result()
+    conn = Conn("127.0.0.1", target.port)
+    latencies, firsts = [], []
+    for i in range(serial + 20):
+        status, first, total = await conn.post(target.path, body(stream, i), target.headers)
+        if i >= 20:  # the first ones warm the path up
+            latencies.append(total)
+            firsts.append(first)
+        result.errors += status != 200
+    result.p50, result.p99, result.ttfb50 = (
+        percentile(latencies, 0.5),
+        percentile(latencies, 0.99),
+        percentile(firsts, 0.5),
+    )
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        nonlocal done
+        c = Conn("127.0.0.1", target.port)
+        i = 0
+        while time.perf_counter() < deadline:
+            status, _, _ = await c.post(target.path, body(stream, w * 1_000_000 + i), target.headers)
+            i += 1
+            done += 1
+            result.errors += status != 200
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    result.rps = done / (time.perf_counter() - started)
+    return result
+
+
+# --- the three paths ------------------------------------------------------------
+
+
+def start_engine(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(port), "--tokens", "16"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_http(f"http://127.0.0.1:{port}/v1/models", 20, proc)
+    return proc
+
+
+def prepare_llmgw(engine_url: str, data: Path) -> tuple[dict[str, str], str]:
+    """A fresh database with a model, a price, a budget, a ready replica and a key; the env and the key."""
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+    env = {
+        "LLMGW_DATA_DIR": str(data),
+        "LLMGW_DATABASE_URL": f"{PG}/{DB}",
+        "LLMGW_GATEWAY_KEY_SECRET": "bench-secret-" + os.urandom(8).hex(),
+    }
+    script = f"""
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from catalog.models import CatalogModel
+from placement.models import Replica
+from gateway import keys
+from gateway.models import Budget, Price
+m = CatalogModel.objects.create(name={MODEL!r}, min_replicas=1, max_replicas=1)
+Price.objects.create(model=m, prompt_micros_per_million=100_000, completion_micros_per_million=300_000)
+Replica.objects.create(model=m, profile_name="bench", state="ready", endpoint={engine_url!r})
+issued = keys.issue(team="bench", org="bench")
+Budget.objects.create(scope="team", team=issued.key.team, amount_micros=10**15, period="month")
+print(issued.secret)
+"""
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return env, out.stdout.strip().splitlines()[-1]
+
+
+def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path) -> subprocess.Popen:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    full.update(env, LLMGW_ADMIN_ADDR=f"127.0.0.1:{admin}", LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"],
+        cwd=ROOT,
+        env=full,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_http(f"http://127.0.0.1:{admin}/healthz", 60, proc, log)
+    return proc
+
+
+def litellm_bin(venv: Path) -> Path | None:
+    """LiteLLM's proxy command, installed when missing; None (with the reason printed) when it cannot be."""
+    exe = venv / "bin" / "litellm"
+    if exe.exists():
+        return exe
+    print(f"installing {LITELLM} into {venv} (once; a few minutes) …", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", LITELLM], check=True, capture_output=True, text=True
+        )
+    except subprocess.CalledProcessError as exc:
+        print(f"LiteLLM could not be installed, so it is left out: {(exc.stderr or str(exc)).strip()[-500:]}")
+        return None
+    return exe if exe.exists() else None
+
+
+def start_litellm(exe: Path, engine_url: str, port: int, work: Path, master_key: str) -> subprocess.Popen:
+    config = work / "litellm.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "model_list": [
+                    {
+                        "model_name": MODEL,
+                        "litellm_params": {"model": f"openai/{MODEL}", "api_base": f"{engine_url}/v1", "api_key": "x"},
+                    }
+                ],
+                "litellm_settings": {"telemetry": False, "set_verbose": False},
+            }
+        )
+    )
+    log = work / "litellm.log"
+    # A master key, as LiteLLM insists: without a database it is the only key,
+    # compared on every request, which is LiteLLM's cheapest authentication.
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": master_key}
+    proc = subprocess.Popen(
+        [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
+        cwd=work,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_http(f"http://127.0.0.1:{port}/health/liveliness", 180, proc, log)
+    return proc
+
+
+# --- the report -------------------------------------------------------------------
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.2f}"
+
+
+def ratio(a: float, b: float | None) -> str:
+    return f"{a / b:5.2f}×" if b else "    -"
+
+
+def report(results: dict[str, dict[bool, Result]]) -> None:
+    direct = results["direct"]
+    litellm = results.get("litellm")
+    for stream in (False, True):
+        kind = "streaming" if stream else "plain"
+        print(f"\n{kind} (16 completion tokens{', one event each' if stream else ''})")
+        print(
+            "path        req/s  ×direct ×litellm |  p50 ms  p99 ms | +p50 ms +p99 ms | ttfb p50 ms  ×direct ×litellm"
+            " | errors"
+        )
+        for name, by_kind in results.items():
+            r, d = by_kind[stream], direct[stream]
+            lit = litellm[stream] if litellm else None
+            print(
+                f"{name:10} {r.rps:6.0f}  {ratio(r.rps, d.rps)}   {ratio(r.rps, lit.rps if lit else None)} |"
+                f" {ms(r.p50)} {ms(r.p99)} | {ms(r.p50 - d.p50)} {ms(r.p99 - d.p99)} |"
+                f"     {ms(r.ttfb50)}   {ratio(r.ttfb50, d.ttfb50)}   {ratio(r.ttfb50, lit.ttfb50 if lit else None)}"
+                f" | {r.errors}"
+            )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="load per path and kind")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--serial", type=int, default=300, help="requests one at a time, for latency")
+    parser.add_argument(
+        "--litellm-venv", type=Path, default=Path(tempfile.gettempdir()) / "llmgw-bench" / "litellm-venv"
+    )
+    parser.add_argument("--no-litellm", action="store_true")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="llmgw-bench-gateway-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        engine_port = free_port()
+        procs.append(start_engine(engine_port))
+        engine_url = f"http://127.0.0.1:{engine_port}"
+        env, key = prepare_llmgw(engine_url, work / "data")
+        gateway_port = free_port()
+        procs.append(start_llmgw(env, free_port(), gateway_port, work / "serve.log"))
+        targets = [
+            Target("direct", engine_port, "/v1/chat/completions"),
+            Target("llmgw", gateway_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"}),
+        ]
+        exe = None if args.no_litellm else litellm_bin(args.litellm_venv)
+        if exe is not None:
+            litellm_port = free_port()
+            master = "sk-bench-" + os.urandom(12).hex()
+            try:
+                procs.append(start_litellm(exe, engine_url, litellm_port, work, master))
+                targets.append(
+                    Target("litellm", litellm_port, "/v1/chat/completions", {"authorization": f"Bearer {master}"})
+                )
+            except RuntimeError as exc:
+                print(f"LiteLLM's proxy did not start, so it is left out: {str(exc)[-800:]}")
+        print(f"cores: {os.cpu_count()}; every process shares them (engine, llmgw, LiteLLM, PostgreSQL, this client)")
+        print(f"load: {args.concurrency} connections for {args.seconds:g}s; latency: {args.serial} requests one by one")
+        results: dict[str, dict[bool, Result]] = {}
+        for target in targets:
+            results[target.name] = {}
+            for stream in (False, True):
+                results[target.name][stream] = asyncio.run(
+                    measure(target, stream, args.seconds, args.concurrency, args.serial)
+                )
+                print(f"  measured {target.name} {'streaming' if stream else 'plain'}", flush=True)
+        report(results)
+        usage = subprocess.run(
+            ["psql", f"{PG}/{DB}", "-Atc", "select count(*), sum(completion_tokens) from gateway_usagerecord"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        print(f"\nllmgw recorded (requests|completion tokens): {usage}")
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

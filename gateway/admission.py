@@ -1,0 +1,70 @@
+"""Letting a request in: key, model allowed, rate limits (database mode), budgets.
+
+One function, run on a database thread, so the common request costs one hop
+off the event loop: the key and the budgets over it come in one query, and
+a reservation is one conditional UPDATE per budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from gateway import budgets, errors, ratelimit
+from gateway.keys import Caller, authenticate
+
+
+def allowed(caller: Caller, requested: str, canonical: str, aliases: tuple[str, ...] = ()) -> bool:
+    """Whether the key may use a model under any of its names."""
+    if caller.allowed_models is None:
+        return True
+    names = set(caller.allowed_models)
+    return requested in names or canonical in names or any(a in names for a in aliases)
+
+
+@dataclass(frozen=True)
+class Admission:
+    caller: Caller | None
+    refused: errors.Refused | None = None
+    reserved: tuple[tuple[int, int], ...] = ()
+    """(budget id, micros) reserved for this request, to be taken back when it ends."""
+
+
+def admit(
+    secret: str,
+    requested: str,
+    canonical: str,
+    aliases: tuple[str, ...],
+    estimate: int | None,
+    db_limits: bool,
+    now: datetime,
+) -> Admission:
+    """Check the key, the model, the limits and the budgets, reserving on the budgets.
+
+    ``estimate`` None means the model has no price: no budget applies.
+    ``db_limits`` False leaves rate limits to Redis (checked by the caller).
+    A refusal after the key is known keeps the caller, so it is recorded.
+    """
+    caller, why = authenticate(secret)
+    if caller is None:
+        return Admission(None, errors.unauthorized(why))
+    if not allowed(caller, requested, canonical, aliases):
+        return Admission(caller, errors.not_allowed(requested))
+    if db_limits:
+        checks = ratelimit.limits(caller)
+        if checks:
+            why = ratelimit.db_admit(checks, time.time())
+            if why:
+                return Admission(caller, errors.rate_limited(why))
+    if estimate is None or not caller.budget_ids:
+        return Admission(caller)
+    refusal = budgets.reserve(list(caller.budget_ids), estimate, now)
+    if refusal is not None:
+        return Admission(caller, errors.over_budget(refusal.sentence))
+    return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+
+def authenticate_only(secret: str) -> Admission:
+    caller, why = authenticate(secret)
+    return Admission(caller, None if caller else errors.unauthorized(why))

@@ -1,0 +1,164 @@
+"""Budgets: reserve before a request reaches an engine, settle when it ends.
+
+A request reserves its estimated cost on every budget above it (its key's,
+its team's, its organisation's) in one transaction, with a conditional
+``UPDATE … WHERE spent + reserved + estimate <= amount``: PostgreSQL re-checks
+that condition against the latest version of the row after waiting for any
+concurrent reservation, so two requests can never both take the last of a
+budget. When the request ends its reservation is taken back and its real cost
+added to ``spent`` (gateway.usage does that, batched).
+
+What a budget can be overrun by is therefore only what requests already in
+flight cost beyond their estimates; the estimate is the prompt's size plus
+``max_tokens`` (or LLMGW_BUDGET_DEFAULT_COMPLETION_TOKENS), so a request that
+sets max_tokens cannot overrun at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from gateway.models import Budget, Period, Scope
+
+MILLION = 1_000_000
+
+
+def cost_micros(prompt_tokens: int, completion_tokens: int, price: tuple[int, int] | None) -> int:
+    """The cost of a request in micros, rounded up; None price (no price set) costs nothing.
+
+    Rounded up so that many tiny requests cannot each round down to free.
+    """
+    if price is None:
+        return 0
+    total = prompt_tokens * price[0] + completion_tokens * price[1]
+    return -(-total // MILLION)
+
+
+def period_start(period: str, now: datetime) -> datetime:
+    """Start of the current day, week (Monday) or month, in UTC."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == Period.DAY:
+        return day
+    if period == Period.WEEK:
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def _starts(now: datetime) -> list[datetime]:
+    return [period_start(p, now) for p in (Period.DAY, Period.WEEK, Period.MONTH)]
+
+
+def _table() -> str:
+    return connection.ops.quote_name(Budget._meta.db_table)
+
+
+# The start of each row's current period, chosen by its own period column.
+CURRENT = "(CASE period WHEN 'day' THEN %s WHEN 'week' THEN %s ELSE %s END)"
+# What the row has spent in its current period: nothing when the period has rolled over.
+SPENT = f"(CASE WHEN period_start < {CURRENT} THEN 0 ELSE spent_micros END)"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    budget_id: int
+    sentence: str
+
+
+def spent_now(budget: Budget, now: datetime) -> int:
+    """What a budget has spent in the current period (0 when its period rolled over)."""
+    return 0 if budget.period_start < period_start(budget.period, now) else budget.spent_micros
+
+
+def describe(budget: Budget) -> str:
+    scope = {Scope.ORG: "organisation", Scope.TEAM: "team", Scope.KEY: "key"}[budget.scope]
+    every = {Period.DAY: "daily", Period.WEEK: "weekly", Period.MONTH: "monthly"}[budget.period]
+    return f"the {every} budget of {scope} {budget.owner_name!r}"
+
+
+def _refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refusal:
+    """Which of the budgets cannot take the estimate, in words (the first, top of the tree first)."""
+    order = {Scope.ORG: 0, Scope.TEAM: 1, Scope.KEY: 2}
+    budgets = sorted(
+        Budget.objects.select_related("org", "team", "key").filter(id__in=budget_ids),
+        key=lambda b: order[b.scope],
+    )
+    for b in budgets:
+        spent = spent_now(b, now)
+        if spent >= b.amount_micros:
+            return Refusal(b.id, f"{describe(b)} is spent ({spent} of {b.amount_micros} micros this {b.period})")
+        if spent + b.reserved_micros + estimate > b.amount_micros:
+            left = b.amount_micros - spent - b.reserved_micros
+            return Refusal(
+                b.id,
+                f"{describe(b)} cannot cover this request: about {estimate} micros asked, {max(left, 0)} left "
+                f"this {b.period} after the requests in flight",
+            )
+    # Only reached when a budget changed between the update and this read.
+    return Refusal(budget_ids[0], "a budget over this key cannot cover this request now; try again")
+
+
+def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | None:
+    """Reserve ``estimate`` micros on every budget, all or none; None when reserved.
+
+    One conditional UPDATE per budget, in id order (as settle goes), so two
+    transactions touching the same budgets never wait on each other in a
+    circle. One budget (the common case) is one statement, atomic on its own,
+    without a transaction around it: one round trip instead of three.
+    """
+    if not budget_ids:
+        return None
+    c = _starts(now)
+    sql = (
+        f"UPDATE {_table()} SET "
+        f"spent_micros = {SPENT}, "
+        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
+        f"reserved_micros = reserved_micros + %s "
+        f"WHERE id = %s AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %s <= amount_micros"
+    )
+    failed = None
+    if len(budget_ids) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*c, *c, *c, estimate, budget_ids[0], *c, *c, estimate])
+            return None if cursor.rowcount == 1 else _refusal(budget_ids, estimate, now)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for budget_id in sorted(budget_ids):
+            cursor.execute(sql, [*c, *c, *c, estimate, budget_id, *c, *c, estimate])
+            if cursor.rowcount != 1:
+                failed = budget_id
+                transaction.set_rollback(True)
+                break
+    if failed is None:
+        return None
+    return _refusal([failed], estimate, now)
+
+
+def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:
+    """Take back reservations and add real costs: (budget id, reserved, cost) each.
+
+    Costs land in the budget's current period, even when the request was
+    reserved in the previous one: that is when the money was spent.
+    """
+    totals: dict[int, list[int]] = {}
+    for budget_id, reserved, cost in charges:
+        total = totals.setdefault(budget_id, [0, 0])
+        total[0] += reserved
+        total[1] += cost
+    if not totals:
+        return
+    c = _starts(now)
+    sql = (
+        f"UPDATE {_table()} SET "
+        f"spent_micros = {SPENT} + %s, "
+        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
+        f"reserved_micros = CASE WHEN reserved_micros > %s THEN reserved_micros - %s ELSE 0 END "
+        f"WHERE id = %s"
+    )
+    with connection.cursor() as cursor:
+        # In id order, so two writers settling the same budgets never deadlock.
+        for budget_id in sorted(totals):
+            reserved, cost = totals[budget_id]
+            cursor.execute(sql, [*c, cost, *c, *c, reserved, reserved, budget_id])

@@ -1,0 +1,129 @@
+"""What the gateway knows of the catalog and the ready replicas, cached per process.
+
+Read from the database at most every LLMGW_GATEWAY_REFRESH_S, and at once
+when a request names a model the cache does not know or finds no ready
+replica: a model just added, or a replica just marked ready, is served on its
+first request. A replica that stopped since the last read is found out by
+the request that tries it, which then moves on to another.
+
+Keys are never cached here: see gateway.keys.authenticate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from catalog.models import Alias, CatalogModel, Fallback
+from gateway.models import Price
+from placement.models import Replica, ReplicaState
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    id: int
+    name: str
+    aliases: tuple[str, ...]
+    on_demand: bool
+    created: int
+    fallbacks: tuple[str, ...] = ()
+    price: tuple[int, int] | None = None
+    """Micros per million prompt and completion tokens; None: no price set, free."""
+
+
+@dataclass(frozen=True)
+class ReplicaEntry:
+    id: str
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    by_name: dict[str, ModelEntry] = field(default_factory=dict)
+    """Every name and alias to its model."""
+    replicas: dict[int, tuple[ReplicaEntry, ...]] = field(default_factory=dict)
+    """Ready replicas with an endpoint, by model id; absent: none is ready."""
+    taken_at: float = 0.0
+
+
+def load() -> Snapshot:
+    """Read the catalog and the ready replicas (four queries, whatever their size)."""
+    aliases: dict[int, list[str]] = {}
+    for model_id, name in Alias.objects.values_list("model_id", "name"):
+        aliases.setdefault(model_id, []).append(name)
+    fallbacks: dict[int, list[str]] = {}
+    for model_id, target in Fallback.objects.order_by("model_id", "position").values_list("model_id", "target__name"):
+        fallbacks.setdefault(model_id, []).append(target)
+    prices = {
+        m: (p, c)
+        for m, p, c in Price.objects.values_list(
+            "model_id", "prompt_micros_per_million", "completion_micros_per_million"
+        )
+    }
+    models: dict[str, ModelEntry] = {}
+    by_name: dict[str, ModelEntry] = {}
+    for model_id, name, min_replicas, created in CatalogModel.objects.values_list(
+        "id", "name", "min_replicas", "created_at"
+    ):
+        entry = ModelEntry(
+            id=model_id,
+            name=name,
+            aliases=tuple(sorted(aliases.get(model_id, []))),
+            on_demand=min_replicas == 0,
+            created=int(created.timestamp()),
+            fallbacks=tuple(fallbacks.get(model_id, [])),
+            price=prices.get(model_id),
+        )
+        models[name] = entry
+        by_name[name] = entry
+        for alias in entry.aliases:
+            by_name[alias] = entry
+    replicas: dict[int, list[ReplicaEntry]] = {}
+    ready = Replica.objects.filter(state=ReplicaState.READY).exclude(endpoint="").order_by("created_at")
+    for replica_id, model_id, endpoint in ready.values_list("id", "model_id", "endpoint"):
+        replicas.setdefault(model_id, []).append(ReplicaEntry(replica_id, endpoint.rstrip("/")))
+    return Snapshot(
+        models=models,
+        by_name=by_name,
+        replicas={m: tuple(r) for m, r in replicas.items()},
+        taken_at=time.monotonic(),
+    )
+
+
+class Directory:
+    """The cached snapshot, refreshed by one reader at a time.
+
+    ``run_db`` runs a function on the gateway's database threads; requests
+    arriving during a refresh wait for that refresh instead of starting
+    their own.
+    """
+
+    def __init__(self, run_db, max_age_s: float) -> None:
+        self.run_db = run_db
+        self.max_age_s = max_age_s
+        self.snapshot = Snapshot()
+        self._refreshing: asyncio.Future | None = None
+
+    async def current(self) -> Snapshot:
+        if time.monotonic() - self.snapshot.taken_at > self.max_age_s:
+            return await self.refresh()
+        return self.snapshot
+
+    async def refresh(self, *, newer_than: float | None = None) -> Snapshot:
+        """A fresh snapshot; one taken after ``newer_than`` (monotonic) is fresh enough."""
+        if newer_than is not None and self.snapshot.taken_at > newer_than:
+            return self.snapshot
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(self._load())
+        future = self._refreshing
+        try:
+            return await asyncio.shield(future)
+        finally:
+            if future.done() and self._refreshing is future:
+                self._refreshing = None
+
+    async def _load(self) -> Snapshot:
+        self.snapshot = await self.run_db(load)
+        return self.snapshot

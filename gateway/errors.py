@@ -1,0 +1,78 @@
+"""Refusals on /v1, in OpenAI's error shape: ``{"error": {"message", "type", "code"}}``.
+
+The official clients read ``message`` into the exception they raise, so each
+one is a sentence that says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class Refused(Exception):
+    """A request the gateway answers with an error instead of an engine's answer."""
+
+    def __init__(self, status: int, message: str, type_: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+
+    def body(self) -> bytes:
+        return json.dumps({"error": {"message": self.message, "type": self.type, "code": self.code}}).encode()
+
+
+def bad_request(message: str, code: str = "invalid_request") -> Refused:
+    return Refused(400, message, "invalid_request_error", code)
+
+
+def unauthorized(message: str) -> Refused:
+    return Refused(401, message, "authentication_error", "invalid_api_key")
+
+
+def not_allowed(model: str) -> Refused:
+    return Refused(
+        403,
+        f"this API key may not use model {model!r}: ask for a key that includes it",
+        "permission_error",
+        "model_not_allowed",
+    )
+
+
+def unknown_model(model: str) -> Refused:
+    return Refused(
+        404,
+        f"no model named {model!r} is served here: GET /v1/models lists the ones this key may use",
+        "invalid_request_error",
+        "model_not_found",
+    )
+
+
+def not_found(path: str) -> Refused:
+    return Refused(404, f"{path} is not an endpoint of this gateway", "invalid_request_error", "unknown_url")
+
+
+def too_large(limit: int) -> Refused:
+    return Refused(
+        413,
+        f"the request body is larger than this gateway takes ({limit} bytes, LLMGW_GATEWAY_MAX_BODY_BYTES)",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+def over_budget(sentence: str) -> Refused:
+    return Refused(429, sentence, "insufficient_quota", "budget_exceeded")
+
+
+def rate_limited(sentence: str) -> Refused:
+    return Refused(429, sentence, "rate_limit_error", "rate_limit_exceeded")
+
+
+def unavailable(message: str, code: str = "no_replica") -> Refused:
+    return Refused(503, message, "service_unavailable", code)
+
+
+def upstream_failed(message: str) -> Refused:
+    return Refused(502, message, "upstream_error", "upstream_failed")

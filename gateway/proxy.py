@@ -1,0 +1,484 @@
+"""The gateway's request path: admit, route, relay, record.
+
+1. Parse the body and find the model in the cached directory (a miss
+   refreshes it; an unknown name is 404 once the key is known good).
+2. Admit in one database hop: key (401), model allowed (403), rate limits
+   without Redis (429), budgets reserved (429). With Redis the rate limits
+   are one Lua call after that.
+3. Route: the model's ready replicas by least load and prompt-prefix
+   affinity; a replica that fails before answering is passed over for the
+   next; then the fallbacks in order. A model scaled to zero is asked for
+   (``placement.demand.request_replica``) and waited for, up to
+   LLMGW_COLD_START_TIMEOUT_S.
+4. Relay the engine's answer as it comes: streamed events are passed on as
+   soon as each is complete.
+5. Record usage and settle budgets whatever happened, a client that went
+   away included (the ASGI app cancels this task, which closes the upstream
+   request and lands here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
+from django.utils import timezone
+
+from gateway import admission, budgets, conf, errors, router, tokens, upstream
+from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
+from gateway.keys import Caller
+from gateway.ratelimit import Limiter
+from gateway.usage import CLIENT_CLOSED, Finished, Writer
+
+log = logging.getLogger("llmgw.gateway")
+
+ENDPOINTS = {"chat/completions", "completions", "embeddings"}
+# How often one model may be asked for again while it is starting.
+DEMAND_EVERY_S = 1.0
+COLD_POLL_S = 0.5
+
+
+_relaxed = threading.local()
+
+
+def _relax(conn) -> None:
+    """Let this connection's commits return before their WAL reaches the disk (PostgreSQL).
+
+    Only the request path's threads do this: what they write is budget
+    reservations and rate-limit counters, which live as long as a request.
+    The commit's fsync cost 3 ms on the bench machine, more than the
+    gateway's whole 2 ms budget; a crash that lost the last fraction of a
+    second of reservations loses nothing a restart would not drop anyway.
+    Locks and visibility are unchanged, so no two requests can ever take the
+    last of a budget. Usage records and settlements are written on another
+    thread, whose connection keeps full durability.
+    """
+    raw = conn.connection
+    if conn.vendor == "postgresql" and getattr(_relaxed, "raw", None) is not raw:
+        with conn.cursor() as cursor:
+            cursor.execute("SET synchronous_commit TO OFF")
+        _relaxed.raw = raw
+
+
+def _call(fn, args, relax: bool):
+    if relax:
+        connection.ensure_connection()
+        _relax(connection)
+    return fn(*args)
+
+
+def _run(fn, args, relax: bool = False):
+    """Run ORM work on a gateway thread, reconnecting once if the connection went away."""
+    try:
+        return _call(fn, args, relax)
+    except (OperationalError, InterfaceError):
+        if connection.in_atomic_block or connection.is_usable():
+            raise
+        close_old_connections()
+        connection.close()
+        return _call(fn, args, relax)
+
+
+@dataclass
+class Ticket:
+    """One admitted request, so that it is recorded exactly once however it ends."""
+
+    caller: Caller
+    requested: str
+    endpoint: str
+    stream: bool
+    started: float
+    prompt: str
+    reserved: tuple[tuple[int, int], ...] = ()
+    drop_usage_chunk: bool = False
+    """llmgw asked the engine for usage on the client's behalf: the usage-only chunk is not passed on."""
+    at: object = field(default_factory=timezone.now)
+    done: bool = False
+
+
+class Gateway:
+    def __init__(self, settings=None, redis=None) -> None:
+        self.conf = settings or conf.get()
+        self.executor = ThreadPoolExecutor(self.conf.db_threads, thread_name_prefix="gateway-db")
+        # Usage is written on a thread of its own: its commits keep full
+        # durability (see _relax), and a slow batch never holds up admissions.
+        self.record_executor = ThreadPoolExecutor(1, thread_name_prefix="gateway-usage")
+        self.client = upstream.Client(
+            connect_timeout_s=self.conf.upstream_connect_timeout_s, read_timeout_s=self.conf.upstream_read_timeout_s
+        )
+        self.directory = Directory(self.run_db, self.conf.refresh_s)
+        self.limiter = Limiter(self.run_db, redis)
+        self.writer = Writer(self.run_record, self.conf.flush_every_s, self.conf.touch_every_s)
+        self.in_flight: Counter[str] = Counter()
+        self.background: set[asyncio.Task] = set()
+        self._demanded: dict[str, float] = {}
+
+    async def run_db(self, fn, *args):
+        """Run ``fn`` on a request-path database thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, _run, fn, args, True)
+
+    async def run_record(self, fn, *args):
+        """Run ``fn`` on the usage writer's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.record_executor, _run, fn, args)
+
+    async def close(self) -> None:
+        """Write what is queued, then close the upstream client and every thread's connection."""
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
+        await self.writer.flush()
+        await self.writer.flush_touches()
+        await self.client.aclose()
+        threads = self.conf.db_threads
+        barrier = threading.Barrier(threads)
+
+        def close_mine() -> None:
+            # Each thread waits for the others, so every thread closes its own.
+            connections.close_all()
+            barrier.wait(timeout=10)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.executor, close_mine) for _ in range(threads)))
+        await loop.run_in_executor(self.record_executor, connections.close_all)
+        self.executor.shutdown(wait=True)
+        self.record_executor.shutdown(wait=True)
+
+    # --- /v1/models ---------------------------------------------------------
+
+    async def models(self, secret: str) -> dict:
+        self.writer.start()
+        result = await self.run_db(admission.authenticate_only, secret)
+        if result.refused:
+            raise result.refused
+        snapshot = await self.directory.current()
+        data = []
+        for entry in sorted(snapshot.models.values(), key=lambda m: m.name):
+            if not admission.allowed(result.caller, entry.name, entry.name, entry.aliases):
+                continue
+            for name in (entry.name, *entry.aliases):
+                item = {"id": name, "object": "model", "created": entry.created, "owned_by": "llmgw"}
+                if name != entry.name:
+                    item["root"] = entry.name
+                data.append(item)
+        return {"object": "list", "data": data}
+
+    # --- completions and embeddings -------------------------------------------
+
+    async def complete(self, endpoint: str, raw: bytes, secret: str, send) -> None:
+        self.writer.start()
+        started = time.monotonic()
+        body = _parse(raw)
+        name = body["model"]
+        snapshot = await self.directory.current()
+        entry = snapshot.by_name.get(name)
+        if entry is None:
+            # Known-good keys only learn which models exist.
+            known = await self.run_db(admission.authenticate_only, secret)
+            if known.refused:
+                raise known.refused
+            snapshot = await self.directory.refresh(newer_than=started)
+            entry = snapshot.by_name.get(name)
+            if entry is None:
+                raise errors.unknown_model(name)
+        stream = bool(body.get("stream")) and endpoint != "embeddings"
+        prompt = tokens.prompt_text(body)
+        estimate = self._estimate(entry, body, prompt, endpoint)
+        admitted = await self.run_db(
+            admission.admit,
+            secret,
+            name,
+            entry.name,
+            entry.aliases,
+            estimate,
+            self.limiter.redis is None,
+            timezone.now(),
+        )
+        if admitted.caller is None:
+            raise admitted.refused
+        ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
+        options = body.get("stream_options")
+        ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
+        try:
+            refused = admitted.refused
+            if refused is None and self.limiter.redis is not None:
+                why = await self.limiter.admit(admitted.caller)
+                refused = errors.rate_limited(why) if why else None
+            if refused is not None:
+                self._finish(ticket, status=refused.status, outcome=refused.code)
+                raise refused
+            await self._route(ticket, entry, snapshot, body, send)
+        except errors.Refused as refusal:
+            self._finish(ticket, status=refusal.status, outcome=refusal.code)
+            raise
+        except asyncio.CancelledError:
+            self._finish(ticket, status=CLIENT_CLOSED, outcome="client_disconnected")
+            raise
+        except Exception:
+            self._finish(ticket, status=500, outcome="gateway_error")
+            raise
+
+    def _estimate(self, entry: ModelEntry, body: dict, prompt: str, endpoint: str) -> int | None:
+        """What the request may cost at most, for the budget reservation; None: the model is free."""
+        if entry.price is None:
+            return None
+        completion = 0
+        if endpoint != "embeddings":
+            completion = body.get("max_completion_tokens") or body.get("max_tokens")
+            if not isinstance(completion, int) or completion <= 0:
+                completion = self.conf.default_completion_tokens
+            completion *= body.get("n") if isinstance(body.get("n"), int) and body["n"] > 0 else 1
+        return budgets.cost_micros(tokens.estimate(prompt), completion, entry.price)
+
+    async def _route(self, ticket: Ticket, entry: ModelEntry, snapshot: Snapshot, body: dict, send) -> None:
+        prefix = router.prompt_prefix(body, self.conf.affinity_prefix_chars)
+        if not snapshot.replicas.get(entry.id):
+            # A replica marked ready since the last read is served now, not a second later.
+            snapshot = await self.directory.refresh(newer_than=ticket.started)
+        demand_missing = None
+        if entry.on_demand and not snapshot.replicas.get(entry.id):
+            demand_missing = await self._demand(entry)
+        tried: set[str] = set()
+        failures: list[str] = []
+        chain = [entry] + [snapshot.models[n] for n in entry.fallbacks if n in snapshot.models]
+        for model in chain:
+            if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
+                return
+        if entry.on_demand:
+            if demand_missing:
+                raise errors.unavailable(demand_missing, "on_demand_unavailable")
+            snapshot = await self._wait_for_replica(entry, ticket.started)
+            if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
+                return
+        if failures:
+            raise errors.upstream_failed(
+                f"every replica tried for {entry.name!r} failed before answering: " + "; ".join(failures[-3:])
+            )
+        names = " or its fallbacks " + ", ".join(entry.fallbacks) if entry.fallbacks else ""
+        raise errors.unavailable(f"model {entry.name!r}{names} has no ready replica now; try again shortly")
+
+    async def _try_model(self, ticket, model, snapshot, body, prefix, tried, failures, send) -> bool:
+        replicas = {r.id: r for r in snapshot.replicas.get(model.id, ())}
+        if not replicas:
+            return False
+        payload = _upstream_body(body, model.name, ticket.stream, ticket.endpoint)
+        while True:
+            replica_id = router.choose(
+                list(replicas), self.in_flight, prefix, load_factor=self.conf.load_factor, exclude=tried
+            )
+            if replica_id is None:
+                return False
+            tried.add(replica_id)
+            replica = replicas[replica_id]
+            self.in_flight[replica_id] += 1
+            try:
+                response = await self._open(replica, ticket.endpoint, payload, failures)
+                if response is not None:
+                    await self._relay(ticket, model, replica, response, payload, send)
+                    return True
+            finally:
+                self.in_flight[replica_id] -= 1
+                if self.in_flight[replica_id] <= 0:
+                    del self.in_flight[replica_id]
+
+    async def _open(self, replica: ReplicaEntry, endpoint: str, payload: bytes, failures: list[str]):
+        """The engine's response, headers read; None when it failed before answering."""
+        try:
+            response = await self.client.post(f"{replica.endpoint}/v1/{endpoint}", payload)
+            if response.status >= 500:
+                detail = (await response.read())[:200].decode(errors="replace")
+                failures.append(f"replica {replica.id} answered {response.status} {detail}".strip())
+                return None
+        except (upstream.UpstreamError, OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            failures.append(f"replica {replica.id}: {exc}")
+            return None
+        return response
+
+    async def _relay(self, ticket, model: ModelEntry, replica: ReplicaEntry, response, payload, send) -> None:
+        self.writer.touch(replica.id, timezone.now())
+        content_type = response.headers.get("content-type", "application/json")
+        headers = [
+            (b"content-type", content_type.encode()),
+            (b"x-llmgw-replica", replica.id.encode()),
+            (b"x-llmgw-model", model.name.encode()),
+        ]
+        streaming = content_type.startswith("text/event-stream")
+        meter = tokens.StreamMeter(drop_usage_chunk=ticket.drop_usage_chunk)
+        ttfb = None
+        status, outcome, usage, text = response.status, "ok", None, ""
+        if status >= 400:
+            outcome = "engine_refused"
+        try:
+            if streaming:
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                async for chunk in response.stream():
+                    if ttfb is None:
+                        ttfb = time.monotonic()
+                    out = meter.feed(chunk)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                await send({"type": "http.response.body", "body": meter.tail(), "more_body": False})
+                usage = meter.usage
+            else:
+                data = await response.read()
+                ttfb = time.monotonic()
+                headers.append((b"content-length", str(len(data)).encode()))
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": data})
+                usage, text = _usage_of_body(data)
+        except asyncio.CancelledError:
+            status, outcome = CLIENT_CLOSED, "client_disconnected"
+            raise
+        except (upstream.UpstreamError, OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            # Headers are gone already: all that is left is to end the answer.
+            status, outcome = 502, "upstream_broke"
+            log.warning("gateway: replica %s broke off mid-answer: %s", replica.id, exc)
+            await send({"type": "http.response.body", "body": meter.tail(), "more_body": False})
+        finally:
+            await response.close()
+            self._finish(
+                ticket,
+                status=status,
+                outcome=outcome,
+                model=model,
+                replica=replica,
+                usage=usage,
+                completion_guess=meter.text_chunks if streaming else tokens.estimate(text),
+                ttfb=ttfb,
+            )
+
+    # --- on demand --------------------------------------------------------------
+
+    async def _demand(self, entry: ModelEntry) -> str | None:
+        """Ask placement for a replica; the sentence to refuse with when it cannot be asked."""
+        now = time.monotonic()
+        if now - self._demanded.get(entry.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
+            return None
+        self._demanded[entry.name] = now
+        try:
+            from placement.demand import request_replica
+        except ImportError:
+            return (
+                f"model {entry.name!r} is scaled to zero and this control plane cannot start models on demand "
+                "yet (placement.demand is missing); scale it to at least one replica"
+            )
+        await self.run_db(request_replica, entry.name)
+        return None
+
+    async def _wait_for_replica(self, entry: ModelEntry, started: float) -> Snapshot:
+        deadline = started + self.conf.cold_start_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.unavailable(
+                    f"model {entry.name!r} is starting but no replica was ready within "
+                    f"{self.conf.cold_start_timeout_s:g}s (LLMGW_COLD_START_TIMEOUT_S); try again shortly",
+                    "cold_start_timeout",
+                )
+            await asyncio.sleep(min(COLD_POLL_S, left))
+            snapshot = await self.directory.refresh(newer_than=time.monotonic() - COLD_POLL_S / 2)
+            if snapshot.replicas.get(entry.id):
+                return snapshot
+            await self._demand(entry)
+
+    # --- recording ------------------------------------------------------------
+
+    def _finish(
+        self,
+        ticket: Ticket,
+        *,
+        status: int,
+        outcome: str,
+        model=None,
+        replica=None,
+        usage=None,
+        completion_guess: int = 0,
+        ttfb: float | None = None,
+    ) -> None:
+        if ticket.done:
+            return
+        ticket.done = True
+        task = asyncio.ensure_future(
+            self._record(ticket, status, outcome, model, replica, usage, completion_guess, ttfb, time.monotonic())
+        )
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _record(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
+        counted_by = "engine"
+        if usage is None:
+            prompt = completion = 0
+            if replica is not None:
+                counted_by = "llmgw"
+                completion = completion_guess
+                prompt = await tokens.count_prompt(self.client, replica.endpoint, model.name, ticket.prompt)
+        else:
+            prompt, completion = usage
+        cost = budgets.cost_micros(prompt, completion, model.price if model else None)
+        self.writer.add(
+            Finished(
+                at=ticket.at,
+                caller=ticket.caller,
+                requested=ticket.requested,
+                model=model.name if model else "",
+                replica_id=replica.id if replica else "",
+                endpoint=ticket.endpoint,
+                stream=ticket.stream,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                counted_by=counted_by,
+                cost_micros=cost,
+                status=status,
+                outcome=outcome,
+                latency_ms=(ended - ticket.started) * 1000,
+                ttfb_ms=None if ttfb is None else (ttfb - ticket.started) * 1000,
+                reserved=ticket.reserved,
+            )
+        )
+        if prompt + completion:
+            await self.limiter.spend(ticket.caller, prompt + completion)
+
+
+def _parse(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise errors.bad_request(f"the request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise errors.bad_request("the request body must be a JSON object", "invalid_json")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise errors.bad_request("the request names no model: send {'model': 'NAME', …}", "model_missing")
+    return body
+
+
+def _upstream_body(body: dict, model: str, stream: bool, endpoint: str) -> bytes:
+    """The body for the engine: the model's own name, and usage asked for on streams."""
+    out = dict(body)
+    out["model"] = model
+    if stream and endpoint != "embeddings":
+        given = out.get("stream_options")
+        options = dict(given) if isinstance(given, dict) else {}
+        if not options.get("include_usage"):
+            options["include_usage"] = True
+            out["stream_options"] = options
+    return json.dumps(out).encode()
+
+
+def _usage_of_body(data: bytes) -> tuple[tuple[int, int] | None, str]:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None, ""
+    if not isinstance(obj, dict):
+        return None, ""
+    text = ""
+    for choice in obj.get("choices") or []:
+        if isinstance(choice, dict):
+            message = choice.get("message")
+            text += (message.get("content") or "") if isinstance(message, dict) else (choice.get("text") or "")
+    return tokens.usage_of(obj), text

@@ -1,0 +1,227 @@
+"""Usage: one record per request, the hourly roll-up, and budgets settled, written in batches.
+
+Requests end on the event loop; their records are queued in memory and
+written every LLMGW_GATEWAY_FLUSH_EVERY_S in one transaction (the records,
+the roll-up and the budgets they settle), which costs a handful of
+statements per batch instead of per request. PostgreSQL is the record:
+nothing here goes through Redis. A batch the database refuses stays queued
+and is tried again; the queue is flushed one last time when the process
+exits.
+
+Also here: handing placement the time each replica was last used, batched
+(``placement.demand.touch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from gateway import budgets
+from gateway.keys import Caller
+from gateway.models import UsageHour, UsageRecord
+
+log = logging.getLogger("llmgw.gateway")
+# Past this many unwritten records (the database has been away for a while)
+# the oldest are dropped, with an error in the log, rather than the gateway
+# running out of memory.
+MAX_QUEUED = 200_000
+CLIENT_CLOSED = 499
+
+
+@dataclass
+class Finished:
+    """A request that got past the key check, as it ended."""
+
+    at: datetime
+    caller: Caller
+    requested: str
+    model: str
+    replica_id: str
+    endpoint: str
+    stream: bool
+    prompt_tokens: int
+    completion_tokens: int
+    counted_by: str
+    cost_micros: int
+    status: int
+    outcome: str
+    latency_ms: float
+    ttfb_ms: float | None
+    reserved: tuple[tuple[int, int], ...] = ()
+    """(budget id, micros reserved) to take back."""
+
+    @property
+    def ok(self) -> bool:
+        """Not an error: answered, or given up by the client (499), which is no fault of the service."""
+        return self.status < 400 or self.status == CLIENT_CLOSED
+
+
+def hour_of(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def _rollup_sql() -> str:
+    t = connection.ops.quote_name(UsageHour._meta.db_table)
+    return (
+        f"INSERT INTO {t} (hour, key_id, model, requests, errors, prompt_tokens, completion_tokens, "
+        f"cost_micros, last_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        f"ON CONFLICT (hour, key_id, model) DO UPDATE SET "
+        f"requests = {t}.requests + excluded.requests, errors = {t}.errors + excluded.errors, "
+        f"prompt_tokens = {t}.prompt_tokens + excluded.prompt_tokens, "
+        f"completion_tokens = {t}.completion_tokens + excluded.completion_tokens, "
+        f"cost_micros = {t}.cost_micros + excluded.cost_micros, "
+        f"last_at = CASE WHEN excluded.last_at > {t}.last_at THEN excluded.last_at ELSE {t}.last_at END"
+    )
+
+
+def write(batch: list[Finished], now: datetime | None = None) -> None:
+    """Write a batch: records, roll-up and budget settlements, all or nothing."""
+    if not batch:
+        return
+    now = now or timezone.now()
+    hours: dict[tuple, list] = {}
+    for f in batch:
+        row = hours.setdefault((hour_of(f.at), f.caller.key_id, f.model or f.requested), [0, 0, 0, 0, 0, f.at])
+        row[0] += 1
+        row[1] += 0 if f.ok else 1
+        row[2] += f.prompt_tokens
+        row[3] += f.completion_tokens
+        row[4] += f.cost_micros
+        row[5] = max(row[5], f.at)
+    with transaction.atomic():
+        UsageRecord.objects.bulk_create([_record(f) for f in batch])
+        with connection.cursor() as cursor:
+            sql = _rollup_sql()
+            # Sorted so that two writers touching the same hours lock them in one order.
+            for (hour, key_id, model), row in sorted(hours.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+                cursor.execute(sql, [hour, key_id, model, *row])
+        budgets.settle(_charges(batch), now)
+
+
+def _charges(batch: Iterable[Finished]) -> Iterable[tuple[int, int, int]]:
+    for f in batch:
+        reserved = dict(f.reserved)
+        for budget_id in f.caller.budget_ids:
+            yield budget_id, reserved.get(budget_id, 0), f.cost_micros
+
+
+def _record(f: Finished) -> UsageRecord:
+    return UsageRecord(
+        at=f.at,
+        key_id=f.caller.key_id,
+        team_id=f.caller.team_id,
+        org_id=f.caller.org_id,
+        requested=f.requested,
+        model=f.model,
+        replica_id=f.replica_id,
+        endpoint=f.endpoint,
+        stream=f.stream,
+        prompt_tokens=f.prompt_tokens,
+        completion_tokens=f.completion_tokens,
+        counted_by=f.counted_by,
+        cost_micros=f.cost_micros,
+        status=f.status,
+        outcome=f.outcome,
+        latency_ms=round(f.latency_ms, 3),
+        ttfb_ms=None if f.ttfb_ms is None else round(f.ttfb_ms, 3),
+    )
+
+
+def touch_replicas(times: dict[str, datetime]) -> None:
+    """Tell placement when each replica was last used.
+
+    Through ``placement.demand.touch`` when placement has it; until then the
+    replica's ``last_used_at`` is written directly, which is what idle
+    scale-down reads either way.
+    """
+    try:
+        from placement.demand import touch
+    except ImportError:
+        from placement.models import Replica
+
+        for replica_id, at in times.items():
+            Replica.objects.filter(pk=replica_id).update(last_used_at=at)
+        return
+    for replica_id, at in times.items():
+        touch(replica_id, at)
+
+
+class Writer:
+    """Queues finished requests and replica uses; writes them from a background task."""
+
+    def __init__(self, run_db, flush_every_s: float, touch_every_s: float) -> None:
+        self.run_db = run_db
+        self.flush_every_s = flush_every_s
+        self.touch_every_s = touch_every_s
+        self.queue: list[Finished] = []
+        self.touched: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.ensure_future(self._loop(self.flush, self.flush_every_s)),
+                asyncio.ensure_future(self._loop(self.flush_touches, self.touch_every_s)),
+            ]
+
+    def add(self, finished: Finished) -> None:
+        with self._lock:
+            self.queue.append(finished)
+            if len(self.queue) > MAX_QUEUED:
+                dropped = len(self.queue) - MAX_QUEUED
+                del self.queue[:dropped]
+                log.error("usage: the database has not taken records for a while; dropped the %d oldest", dropped)
+
+    def touch(self, replica_id: str, at: datetime) -> None:
+        self.touched[replica_id] = at
+
+    def _take(self) -> list[Finished]:
+        with self._lock:
+            batch, self.queue = self.queue, []
+        return batch
+
+    def _put_back(self, batch: list[Finished]) -> None:
+        with self._lock:
+            self.queue[:0] = batch
+
+    async def _loop(self, job, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await job()
+            except Exception:
+                log.exception("gateway: writing usage failed; will retry")
+
+    async def flush(self) -> None:
+        batch = self._take()
+        if not batch:
+            return
+        try:
+            await self.run_db(write, batch)
+        except BaseException:
+            self._put_back(batch)
+            raise
+
+    async def flush_touches(self) -> None:
+        if self.touched:
+            times, self.touched = self.touched, {}
+            await self.run_db(touch_replicas, times)
+
+    def flush_now(self) -> None:
+        """Write what is queued, from this thread (at exit, when the loop is gone)."""
+        batch = self._take()
+        with contextlib.suppress(Exception):
+            write(batch)
+        with contextlib.suppress(Exception):
+            if self.touched:
+                touch_replicas(self.touched)

@@ -1,0 +1,273 @@
+"""A fast fake OpenAI-compatible engine, for the gateway's tests and bench/gateway.py.
+
+Plain asyncio streams, HTTP/1.1 with keep-alive, no framework: it must not
+be the slowest thing in a benchmark. It answers ``/v1/chat/completions``,
+``/v1/completions`` (plain and streamed, ``usage`` like vLLM or none like
+llama.cpp), ``/v1/embeddings``, ``/v1/models`` and ``/tokenize`` (one token a
+word), and it notices a client that hangs up mid-stream.
+
+Run on its own: ``python -m tests.gateway.fake_engine --port 9000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Behaviour:
+    tokens: int = 8
+    """Completion tokens each answer has (one streamed chunk each)."""
+    token_delay_s: float = 0.0
+    usage: str = "vllm"
+    """``vllm``: usage in plain answers and, when asked, in a last streamed chunk;
+    ``llamacpp``: timings in the last chunk and never ``usage`` when streaming;
+    ``none``: no counts anywhere."""
+    fail_status: int = 0
+    """Answer every completion with this status (0: answer normally)."""
+    name: str = "fake"
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    bodies: list = field(default_factory=list)
+    keep_bodies: bool = True
+
+
+def prompt_tokens(body: dict) -> int:
+    text = ""
+    for m in body.get("messages") or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), str):
+            text += " " + m["content"]
+    if isinstance(body.get("prompt"), str):
+        text += " " + body["prompt"]
+    if isinstance(body.get("input"), str):
+        text += " " + body["input"]
+    return len(text.split())
+
+
+class FakeEngine:
+    def __init__(self, behaviour: Behaviour | None = None) -> None:
+        self.behaviour = behaviour or Behaviour()
+        self.stats = Stats()
+        self.server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = await asyncio.start_server(self._connection, host, port, backlog=2048)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if not await self._handle(method, path, body, reader, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _handle(self, method, path, raw, reader, writer) -> bool:
+        b = self.behaviour
+        if path == "/tokenize":
+            body = json.loads(raw or b"{}")
+            text = body.get("content") or body.get("prompt") or ""
+            return self._json(writer, 200, {"tokens": list(range(len(text.split())))})
+        if path == "/v1/models":
+            return self._json(writer, 200, {"object": "list", "data": [{"id": b.name, "object": "model"}]})
+        if not path.startswith("/v1/"):
+            return self._json(writer, 404, {"error": "not found"})
+        self.stats.requests += 1
+        body = json.loads(raw)
+        if self.stats.keep_bodies:
+            self.stats.bodies.append(body)
+        if b.fail_status:
+            return self._json(writer, b.fail_status, {"error": {"message": "the fake engine is told to fail"}})
+        prompt = prompt_tokens(body)
+        if path == "/v1/embeddings":
+            self.stats.completed += 1
+            return self._json(
+                writer,
+                200,
+                {
+                    "object": "list",
+                    "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}],
+                    "model": body.get("model"),
+                    "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+                },
+            )
+        chat = path == "/v1/chat/completions"
+        if body.get("stream"):
+            return await self._stream(writer, reader, body, chat, prompt)
+        text = " ".join(f"w{i}" for i in range(b.tokens))
+        answer = {
+            "id": "cmpl-fake",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "stop"}
+            ],
+        }
+        if b.usage != "none":
+            answer["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": b.tokens,
+                "total_tokens": prompt + b.tokens,
+            }
+        self.stats.completed += 1
+        return self._json(writer, 200, answer)
+
+    async def _stream(self, writer, reader, body, chat, prompt) -> bool:
+        b = self.behaviour
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            b"cache-control: no-cache\r\n\r\n"
+        )
+        base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model")}
+        base["object"] = "chat.completion.chunk" if chat else "text_completion"
+        try:
+            for i in range(b.tokens):
+                if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
+                    self.stats.cancelled += 1
+                    return False
+                choice = {"index": 0, "finish_reason": "stop" if i == b.tokens - 1 else None}
+                if chat:
+                    choice["delta"] = {"content": f"w{i} "} if i else {"role": "assistant", "content": "w0 "}
+                else:
+                    choice["text"] = f"w{i} "
+                event = {**base, "choices": [choice]}
+                if i == b.tokens - 1 and b.usage == "llamacpp":
+                    event["timings"] = {"prompt_n": prompt, "predicted_n": b.tokens}
+                self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+                await writer.drain()
+            options = body.get("stream_options") or {}
+            if b.usage == "vllm" and options.get("include_usage"):
+                usage = {"prompt_tokens": prompt, "completion_tokens": b.tokens, "total_tokens": prompt + b.tokens}
+                self._chunk(writer, b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+            self._chunk(writer, b"data: [DONE]\n\n")
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            self.stats.completed += 1
+            return True
+        except ConnectionError:
+            self.stats.cancelled += 1
+            return False
+
+    @staticmethod
+    async def _hung_up(reader, writer, wait_s: float) -> bool:
+        """Wait ``wait_s``; True as soon as the client closes the connection.
+
+        Watched through the stream's end-of-file flag rather than a read, which
+        could swallow the first byte of the client's next request.
+        """
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if reader.at_eof() or writer.transport.is_closing():
+                return True
+            await asyncio.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        return reader.at_eof()
+
+    @staticmethod
+    def _chunk(writer, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    @staticmethod
+    def _json(writer, status: int, obj) -> bool:
+        data = json.dumps(obj).encode()
+        reason = {200: "OK", 404: "Not Found"}.get(status, "Error")
+        head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+        writer.write(head.encode() + data)
+        return True
+
+
+class EngineThread:
+    """A FakeEngine on its own event loop in a thread, for tests that run servers as subprocesses."""
+
+    def __init__(self, behaviour: Behaviour | None = None) -> None:
+        self.engine = FakeEngine(behaviour)
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.engine.start())
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    @property
+    def url(self) -> str:
+        return self.engine.url
+
+    @property
+    def stats(self) -> Stats:
+        return self.engine.stats
+
+    def stop(self) -> None:
+        async def shut() -> None:
+            self.engine.server.close()
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--usage", default="vllm", choices=["vllm", "llamacpp", "none"])
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        engine = FakeEngine(Behaviour(tokens=args.tokens, usage=args.usage))
+        engine.stats.keep_bodies = False
+        await engine.start(port=args.port)
+        print(f"fake engine on {engine.url}", flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            import uvloop  # type: ignore[import-not-found]
+
+            uvloop.run(serve())
+        except ImportError:
+            asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

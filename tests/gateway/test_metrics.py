@@ -1,0 +1,70 @@
+"""The gateway's figures on /metrics, from what usage recorded."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.models import ApiKey, Organisation, Team, UsageHour, UsageRecord
+from llmgw.core.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def key():
+    org = Organisation.objects.create(name="acme")
+    team = Team.objects.create(name="search", org=org)
+    return ApiKey.objects.create(team=team, name="k", prefix="llmgw_abc", digest="d" * 64)
+
+
+def scrape(client, django_user_model) -> dict:
+    user = django_user_model.objects.create_user("prom", password="x" * 12)
+    _, token = ApiToken.issue(user, "prometheus", read_only=True)
+    text = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").content.decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def test_requests_tokens_and_latency_reach_the_scrape(client, django_user_model, key):
+    now = timezone.now()
+    UsageHour.objects.create(
+        hour=now.replace(minute=0, second=0, microsecond=0),
+        key=key,
+        model="llama-8b",
+        requests=10,
+        errors=2,
+        prompt_tokens=300,
+        completion_tokens=700,
+        cost_micros=55,
+        last_at=now,
+    )
+    for ms in (10, 20, 30, 40, 400):
+        UsageRecord.objects.create(
+            key=key,
+            team=key.team,
+            org=key.team.org,
+            requested="llama-8b",
+            model="llama-8b",
+            endpoint="chat",
+            stream=True,
+            status=200,
+            outcome="ok",
+            latency_ms=ms,
+            ttfb_ms=ms / 10,
+            prompt_tokens=1,
+            completion_tokens=1,
+        )
+    samples = scrape(client, django_user_model)
+    assert samples[("llmgw_gateway_requests_total", (("model", "llama-8b"), ("result", "ok")))] == 8
+    assert samples[("llmgw_gateway_requests_total", (("model", "llama-8b"), ("result", "error")))] == 2
+    assert samples[("llmgw_gateway_tokens_total", (("kind", "completion"), ("model", "llama-8b")))] == 700
+    p99 = samples[("llmgw_gateway_latency_seconds", (("model", "llama-8b"), ("quantile", "0.99"), ("stream", "true")))]
+    assert p99 == pytest.approx(0.4)
+    assert samples[("llmgw_gateway_first_byte_seconds", (("model", "llama-8b"), ("quantile", "0.5")))] == pytest.approx(
+        0.003
+    )

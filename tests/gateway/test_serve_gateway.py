@@ -1,0 +1,177 @@
+"""The gateway as clients meet it: ``llmgw serve`` subprocesses on the test database, fake engines.
+
+The servers share this test's PostgreSQL database, so the rows written here
+(models, replicas, keys) are what they serve; the key secret is shared too,
+as every host of a real control plane must share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import httpx
+import openai
+import pytest
+from django.db import connection
+
+from gateway import keys
+from gateway.models import ApiKey, Budget, UsageRecord
+from llmgw.core.models import ApiToken
+from tests.core.test_serve import Server
+from tests.gateway.harness import key, model, replica
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+REDIS_URL = os.environ.get("LLMGW_TEST_GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/7")
+
+
+def server_env() -> dict[str, str]:
+    if connection.vendor != "postgresql":
+        pytest.skip("the servers share the test database, which needs PostgreSQL")
+    params = connection.settings_dict
+    url = f"postgresql://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+    return {
+        "LLMGW_DATABASE_URL": url,
+        "LLMGW_GATEWAY_KEY_SECRET": keys.key_secret().decode(),
+        "LLMGW_GATEWAY_REFRESH_S": "0.1",
+    }
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        env = server_env()
+    started = Server(tmp_path_factory.mktemp("serve"), **env)
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop()
+
+
+def wait_for(condition, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("the condition never held")
+
+
+def test_the_openai_client_chats_through_llmgw_serve_plain_and_streaming(server, engines):
+    engine = engines(tokens=4, token_delay_s=0.3)
+    replica(model("llama", aliases=["chat"]), engine.url)
+    client = openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key=key())
+
+    assert [m.id for m in client.models.list()] == ["llama", "chat"]
+    answer = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hello there"}])
+    assert answer.choices[0].message.content == "w0 w1 w2 w3"
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (2, 4)
+
+    started = time.monotonic()
+    arrivals, text = [], ""
+    stream = client.chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "hello there"}], stream=True
+    )
+    for chunk in stream:
+        arrivals.append(time.monotonic() - started)
+        text += chunk.choices[0].delta.content or ""
+    assert text == "w0 w1 w2 w3 "
+    # Each token arrived when the engine sent it, 0.3 s apart, not all at the end.
+    assert arrivals[0] < 0.6 and arrivals[-1] - arrivals[0] > 0.6
+
+    records = wait_for(lambda: list(UsageRecord.objects.order_by("at")) if UsageRecord.objects.count() == 2 else None)
+    assert [(r.stream, r.prompt_tokens, r.completion_tokens, r.counted_by) for r in records] == [
+        (False, 2, 4, "engine"),
+        (True, 2, 4, "engine"),
+    ]
+
+    with pytest.raises(openai.AuthenticationError) as refused:
+        openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key="sk-llmgw-wrong").models.list()
+    assert "not known" in str(refused.value)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_client_hanging_up_through_daphne_cancels_the_engine_and_is_recorded(server, engines):
+    engine = engines(tokens=100, token_delay_s=0.05)
+    replica(model("llama"), engine.url)
+    secret = key()
+    body = {"model": "llama", "stream": True, "messages": [{"role": "user", "content": "a long story"}]}
+    with httpx.stream(
+        "POST", f"http://{server.gateway}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {secret}"}
+    ) as answer:
+        assert answer.status_code == 200
+        for line in answer.iter_lines():
+            if line.startswith("data:"):
+                break
+    wait_for(lambda: engine.stats.cancelled == 1)
+    assert engine.stats.completed == 0
+    record = wait_for(lambda: UsageRecord.objects.first())
+    assert record.outcome == "client_disconnected" and 1 <= record.completion_tokens < 100
+
+
+def test_a_budget_holds_under_fifty_concurrent_requests(server, engines):
+    engine = engines(tokens=10, token_delay_s=0.02)
+    replica(model("llama", price=(0, 1_000_000)), engine.url)  # a micro per completion token
+    secret = key()
+    Budget.objects.create(scope="team", team=ApiKey.objects.get().team, amount_micros=200, period="day")
+    body = {"model": "llama", "stream": True, "max_tokens": 10, "messages": [{"role": "user", "content": "count"}]}
+
+    async def one(client: httpx.AsyncClient) -> int:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+            await answer.aread()
+            return answer.status_code
+
+    async def fifty() -> list[int]:
+        async with httpx.AsyncClient(
+            base_url=f"http://{server.gateway}", headers={"Authorization": f"Bearer {secret}"}, timeout=30
+        ) as client:
+            return await asyncio.gather(*(one(client) for _ in range(50)))
+
+    statuses = asyncio.run(fifty())
+    assert statuses.count(200) == 20 and statuses.count(429) == 30
+    wait_for(lambda: UsageRecord.objects.count() == 50)
+    budget = Budget.objects.get()
+    assert (budget.spent_micros, budget.reserved_micros) == (200, 0)
+    refusal = httpx.post(
+        f"http://{server.gateway}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {secret}"}
+    ).json()["error"]
+    assert refusal["code"] == "budget_exceeded" and "daily budget of team 'search' is spent" in refusal["message"]
+
+
+def test_a_revoked_key_stops_working_on_every_server_at_once(engines, tmp_path, django_user_model):
+    env = {**server_env(), "LLMGW_REDIS_URL": REDIS_URL}
+    replica(model("llama"), engines().url)
+    secret = key()
+    operator = django_user_model.objects.create_user("olivia")
+    _, token = ApiToken.issue(operator, "test")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    # One after the other: two first starts at once race to create the operator account.
+    first = Server(tmp_path / "one", **env)
+    second = None
+    try:
+        first.wait_ready()
+        second = Server(tmp_path / "two", **env)
+        second.wait_ready()
+        body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}
+        auth = {"Authorization": f"Bearer {secret}"}
+        for server in (first, second):
+            assert (
+                httpx.post(f"http://{server.gateway}/v1/chat/completions", json=body, headers=auth).status_code == 200
+            )
+        key_id = ApiKey.objects.get().id
+        revoked = httpx.post(
+            f"http://{first.admin}/api/v1/keys/{key_id}/revoke", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert revoked.status_code == 200
+        for server in (second, first):
+            answer = httpx.post(f"http://{server.gateway}/v1/chat/completions", json=body, headers=auth)
+            assert answer.status_code == 401 and "revoked" in answer.json()["error"]["message"]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
