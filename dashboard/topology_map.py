@@ -1,27 +1,19 @@
-"""A fabric's map from its last topology scan, laid out for drawing.
+"""A fabric's map laid out for drawing.
 
-Data: the last ``FabricScan`` of the fabric, parsed with
-``inventory.ibnetdiscover.parse`` and turned into leaves, spines, hosts and
-links by ``inventory.topology.build_view`` (the cluster's adapters marked by
-their GUIDs). Renderer: ``TopologyRenderer`` puts spines in a row on top,
-leaves in a row below them, and each leaf's hosts in a column under it;
-switch-to-switch cables are drawn once per pair of switches (a spine and a
-leaf are joined by many cables, which at 1,000 links would be a grey smear).
-Template: ``dashboard/topology.svg``.
-
-The shared read functions (``inventory.views_data.topology``) do not read
-scans yet; until they do, this module is the console's reader, and says so.
+Data: ``inventory.views_data.topology(fabric)["map"]``, the last scan of the
+fabric parsed and turned into leaves, spines, hosts and links by
+``inventory.topology.build_view`` with the cluster's adapters marked — the
+same function the API serves. Renderer: ``TopologyRenderer`` puts spines in
+a row on top, leaves in a row below them, and each leaf's hosts in a column
+under it; switch-to-switch cables are drawn once per pair of switches (a
+spine and a leaf are joined by many cables, which at 1,000 links would be a
+grey smear). Template: ``dashboard/topology.svg``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
-
-from inventory.ibnetdiscover import TopologyParseError, parse
-from inventory.models import FabricScan, IBPort
-from inventory.topology import build_view
 
 # Geometry, in SVG user units.
 COL_W = 26
@@ -32,54 +24,6 @@ SPINE_Y = 40
 LEAF_Y = 150
 HOSTS_Y = LEAF_Y + SWITCH_H + 12
 MARGIN = 20
-
-
-@dataclass
-class ScanState:
-    """What is known of the fabric's scans: the map (absent when none), and the words for why not."""
-
-    view: dict[str, Any] | None
-    scanned_at: datetime | None = None
-    attempted_at: datetime | None = None
-    error: str = ""
-    node: str = ""
-    requested_at: datetime | None = None
-    note: str = ""
-
-
-def scan_state(fabric_key: str) -> ScanState:
-    """The last scan of one physical fabric (``sm:<guid>``), parsed and laid against the cluster's adapters."""
-    scan = FabricScan.objects.select_related("node").filter(fabric_key=fabric_key).first()
-    if scan is None:
-        return ScanState(
-            None, note="No scan of this fabric has been made yet; a node on it runs one at its next report."
-        )
-    state = ScanState(
-        None,
-        scanned_at=scan.scanned_at,
-        attempted_at=scan.attempted_at,
-        error=scan.error,
-        node=scan.node.name if scan.node else "",
-        requested_at=scan.requested_at,
-    )
-    if not scan.output:
-        state.note = "No scan of this fabric has succeeded yet."
-        return state
-    try:
-        state.view = build_view(parse(scan.output), our_adapters())
-    except TopologyParseError as exc:  # kept scans were parsed once; a parser change could still refuse one
-        state.note = f"The stored scan could not be read: {exc}"
-    return state
-
-
-def our_adapters() -> dict[str, tuple[str, str]]:
-    """Every stored adapter's node and port GUIDs → (node, hca): how the map knows which hosts are ours."""
-    out: dict[str, tuple[str, str]] = {}
-    for node, hca, node_guid, port_guid in IBPort.objects.values_list("node__name", "hca", "node_guid", "port_guid"):
-        for guid in (node_guid, port_guid):
-            if guid:
-                out[guid] = (node, hca)
-    return out
 
 
 @dataclass

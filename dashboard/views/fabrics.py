@@ -7,12 +7,16 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
-from dashboard.topology_map import TopologyRenderer, scan_state
+from dashboard.topology_map import TopologyRenderer
 from dashboard.views import common
 from inventory.models import FabricScan
 from inventory.views_data import fabrics_report, topology
 
 SOCKET = "/ws/console/fleet/"
+# A scan's upload is not published live (nor is an unchanged report, which is
+# most of them), so a fabric's page also re-fetches on this period while live:
+# a map that lands appears without a reload.
+REFRESH_S = 10
 
 
 def context() -> dict[str, Any]:
@@ -47,15 +51,14 @@ def topology_context(fabric: str) -> dict[str, Any]:
     view = topology(fabric)
     if view is None:
         raise Http404(f"no fabric {fabric!r}")
-    scan = scan_state(view["key"])
     live = {(p["node"], p["hca"]): p for p in view["live"]}
-    drawing = TopologyRenderer(scan.view, live).render() if scan.view else None
+    drawing = TopologyRenderer(view["map"], live).render() if view.get("map") else None
     return {
         "fabric": view,
-        "scan": scan,
         "drawing": drawing,
         "nodes": sorted({p["node"] for p in view["live"]}),
         "by_node": by_node(view["live"]),
+        "refresh_s": REFRESH_S,
     }
 
 

@@ -206,14 +206,44 @@ def test_the_fabric_pages_show_the_fabric_and_its_scanned_map(operator_browser):
     screenshot(driver, "fabrics")
     open_live(driver, link)
     # A node assigned the scan (planned every 2 s here) gets it in the answer to its next full report
-    # (every 15 s here) and uploads the map; the page
-    # says there is no map until the scan lands, and draws it then without a reload.
-    wait_for(
-        lambda: driver.execute_script("return document.querySelectorAll('svg.topology rect.host[data-node]').length"),
-        timeout=30,
-        what="our adapters on the map",
-    )
+    # (every 15 s here) and uploads the map; the page says there is no map until the scan lands, and
+    # draws it then without a reload (its periodic re-fetch: a scan's upload is not published).
+    try:
+        wait_for(
+            lambda: driver.execute_script(
+                "return document.querySelectorAll('svg.topology rect.host[data-node]').length"
+            ),
+            timeout=45,
+            what="our adapters on the map",
+        )
+    except AssertionError:
+        said = driver.execute_script("var p = document.querySelector('[data-scan]'); return p && p.textContent")
+        raise AssertionError(f"no map of our adapters; the page says: {said}") from None
     screenshot(driver, "fabric-topology")
+
+
+def test_the_models_pages_show_a_model_added_through_the_api(operator_browser, control_plane):
+    import httpx
+
+    from tests.api.fleet import MODEL
+
+    driver, base = operator_browser
+    server, _ = control_plane
+    open_live(driver, f"{base}/admin/models/")
+    token = (server.data / "admin-token").read_text().strip()
+    added = httpx.post(f"{base}/api/v1/models", json=MODEL, headers={"Authorization": f"Bearer {token}"})
+    assert added.status_code == 201, added.text
+    # Nothing publishes catalog changes yet; the page's periodic re-fetch (10 s) brings the model in.
+    wait_for(
+        lambda: driver.execute_script("return !!document.querySelector('tr[data-model=\"llama-8b\"]')"),
+        timeout=25,
+        what="the new model on the open page",
+    )
+    assert same_document(driver)
+    screenshot(driver, "models")
+    open_live(driver, f"{base}/admin/models/llama-8b/")
+    assert "h100" in driver.find_element("css selector", "section.live").text
+    screenshot(driver, "model-llama-8b")
 
 
 def test_an_anonymous_browser_is_sent_to_the_login_and_its_socket_refused(control_plane):
