@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from dashboard import present
-from dashboard.actions import NodeStateError, set_node_state
+from dashboard.actions import NodeStateError, set_node_state_from_console
 from dashboard.views import common
 from inventory.models import Node, NVLinkDomain
 from inventory.views_data import node_detail, node_list
@@ -78,7 +78,9 @@ def fragment(request: HttpRequest, name: str) -> HttpResponse:
 def set_state(request: HttpRequest, name: str) -> HttpResponse:
     """The page's cordon / uncordon / drain buttons (a form POST with the admin's CSRF token)."""
     try:
-        previous, state = set_node_state(name, request.POST.get("state", ""), actor=request.user.get_username())
+        previous, state = set_node_state_from_console(
+            name, request.POST.get("state", ""), actor=request.user.get_username()
+        )
     except NodeStateError as refused:
         if refused.status == 404:
             raise Http404(refused.message) from None
