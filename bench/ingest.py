@@ -133,17 +133,18 @@ async def drive(admin: str, join: str, args, pid: int) -> None:
     async def schedule() -> None:
         """Each node beats every --heartbeat seconds and reports every --report, spread evenly."""
         n = len(fleet)
+        every = max(1, round(args.report / args.heartbeat))
         t0 = time.monotonic()
+
         tick = 0
         while time.monotonic() < stop_at:
             due = t0 + tick * args.heartbeat / n
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             i = tick % n
             cycle = tick // n
-            # A node sends its full report in place of a heartbeat once every report interval.
-            if (cycle * args.heartbeat) % args.report < args.heartbeat and (i + cycle) % round(
-                args.report / args.heartbeat
-            ) == 0:
+            # A node sends its full report in place of a heartbeat once every report interval,
+            # nodes taking turns so that the reports are spread evenly too.
+            if (i + cycle) % every == 0:
                 queue.put_nowait(("report", reports[i], time.monotonic()))
             else:
                 queue.put_nowait(("heartbeat", beats[i], time.monotonic()))
@@ -177,7 +178,9 @@ async def drive(admin: str, join: str, args, pid: int) -> None:
 
 def report_results(args, samples, errors, elapsed, before, after, cpu) -> None:
     beats, reports = len(samples["heartbeat"]), len(samples["report"])
-    wanted_beats = args.nodes / args.heartbeat
+    every = max(1, round(args.report / args.heartbeat))
+    wanted_beats = args.nodes / args.heartbeat * (1 - 1 / every)
+
     writes = sum(after[k] - before[k] for k in ("inserted", "updated", "deleted"))
     commits = after["commits"] - before["commits"]
     total = max(1, beats + reports)

@@ -48,7 +48,7 @@ class Connection:
             self.writer = None
             raise ConnectionError("the server closed the connection")
         status = int(status_line.split()[1])
-        length, close = 0, False
+        length, close, chunked = 0, False, False
         while True:
             line = await self.reader.readline()
             if line in (b"\r\n", b""):
@@ -56,11 +56,24 @@ class Connection:
             name, _, value = line.decode("latin-1").partition(":")
             if name.lower() == "content-length":
                 length = int(value)
+            elif name.lower() == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True
             elif name.lower() == "connection" and "close" in value.lower():
                 close = True
-        if length:
+        if chunked:
+            await self._skip_chunks()
+        elif length:
             await self.reader.readexactly(length)
+
         if close:
             self.writer.close()
             self.writer = None
         return Answer(status, time.perf_counter() - started)
+
+    async def _skip_chunks(self) -> None:
+        """Read a chunked body to its end (Django's answers come chunked when they carry no length)."""
+        while True:
+            size = int((await self.reader.readline()).split(b";")[0].strip() or b"0", 16)
+            await self.reader.readexactly(size + 2)  # the chunk and its CRLF
+            if size == 0:
+                return

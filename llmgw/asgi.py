@@ -18,7 +18,7 @@ from llmgw.listeners import ListenerRouter  # noqa: E402
 
 
 class HeartbeatFastLane:
-    """Light heartbeats answered here; everything else goes on to Django and Channels."""
+    """Light heartbeats and unchanged full reports answered here; everything else goes on to Django."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -26,6 +26,8 @@ class HeartbeatFastLane:
     async def __call__(self, scope, receive, send):
         if fast.wants(scope):
             return await fast.heartbeat(scope, receive, send)
+        if fast.wants_report(scope):
+            return await fast.report(scope, receive, send, self.app)
         return await self.app(scope, receive, send)
 
 

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from dashboard.static_files import static_file
 from llmgw.health import healthz
 from llmgw.metrics import metrics_view
 
@@ -14,6 +15,7 @@ admin.site.index_title = "Fleet administration"
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    path("static/<path:path>", static_file, name="static"),
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("llmgw.agentapi.urls")),
     path("api/v1/", include("gateway.api")),

@@ -35,10 +35,12 @@ from inventory.models import Node
 from llmgw.core.tokens import hash_token
 
 log = logging.getLogger(__name__)
-FLUSH_WRITES = ("last_seen", "load", "shard_status", "reachable", "lost", "unreachable_since")
+FLUSH_WRITES = ("last_seen", "last_report_at", "load", "shard_status", "reachable", "lost", "unreachable_since")
 FLUSH_LOADS = ("pk", "name", "credential_digest", *FLUSH_WRITES)
 
-CREDENTIAL_TTL_S = 30.0
+# A flush notices a rotated or revoked credential at once (it compares digests), so the cache may
+# keep a node for a while: this only bounds how long a deleted node's cached entry lingers.
+CREDENTIAL_TTL_S = 300.0
 
 
 @dataclass
@@ -72,6 +74,9 @@ class HeartbeatDesk:
         self.pending: dict[int, tuple[str, Beat]] = {}
         self.shards: dict[int, list[dict]] = {}
         self.shards_loaded = False
+        # node pk -> the topology scan assigned to it and not yet handed out (inventory/scans.py)
+        self.scans: dict[int, dict] = {}
+        self.handed_out: list[int] = []
         # node name -> paths an operator asked to have deleted (see llmgw.api.models.WeightCollection)
         self.collections: dict[str, list[str]] = {}
         self.collected: list[tuple[str, dict]] = []
@@ -118,7 +123,7 @@ class HeartbeatDesk:
         if "shards" in beat:
             fields["shard_status"] = beat["shards"]
         with self.lock:
-            self.pending[ref.pk] = (ref.digest, Beat(now, fields))
+            self._queue(ref, now, fields)
             shards = self.shards.get(ref.pk, [])
             collect = self.collections.get(ref.name)
             self.collected += [(ref.name, done) for done in beat.get("collected") or []]
@@ -127,6 +132,30 @@ class HeartbeatDesk:
         answer = {"shards": shards, "send_report": send_report}
         if collect:
             answer["collect"] = collect
+        return answer
+
+    def _queue(self, ref: NodeRef, now: datetime, fields: dict) -> None:
+        """Queue a node's liveness; a later beat in the same second adds to what an earlier one said."""
+        earlier = self.pending.get(ref.pk)
+        merged = {**earlier[1].fields, **fields} if earlier else fields
+        self.pending[ref.pk] = (ref.digest, Beat(now, merged))
+
+    def accept_unchanged_report(self, ref: NodeRef, report: dict, now: datetime) -> dict:
+        """A full report that says nothing new: taken like a heartbeat, answered like a report.
+
+        Most full reports are this — the once-a-minute report of a machine that
+        did not change — and the report's digest tells it without the database.
+        """
+        fields: dict = {"last_report_at": now}
+        if "load" in report:
+            fields["load"] = report["load"]
+        with self.lock:
+            self._queue(ref, now, fields)
+            answer: dict = {"unchanged": True, "changed": False, "shards": self.shards.get(ref.pk, [])}
+            scan = self.scans.pop(ref.pk, None)
+            if scan is not None:
+                self.handed_out.append(scan.pop("pk"))
+                answer["scan"] = scan
         return answer
 
     def flush(self) -> FlushResult:
@@ -168,12 +197,23 @@ class HeartbeatDesk:
             )
         result.written = len(changed)
         self._settle_collections(now_of(pending))
+        self._mark_scans_pending(now_of(pending))
         if shard_reports or result.came_back:
             # What the shards are doing moves Shard and Replica rows; placement owns that.
             from placement import shard_status
 
             shard_status.follow(shard_reports, result.came_back)
         return result
+
+    def _mark_scans_pending(self, at: datetime | None) -> None:
+        from inventory.models import FabricScan
+
+        with self.lock:
+            handed, self.handed_out = self.handed_out, []
+        if handed:
+            FabricScan.objects.filter(pk__in=handed, pending_since__isnull=True).update(
+                pending_since=at or timezone.now()
+            )
 
     def _settle_collections(self, at: datetime | None) -> None:
         """Mark the deletions agents reported: done, or the reason they could not."""
@@ -188,16 +228,25 @@ class HeartbeatDesk:
     # --- what to run ---
 
     def refresh_shards(self) -> None:
+        from inventory.models import FabricScan
         from llmgw.api.models import WeightCollection
         from placement import assignments
 
         table = assignments.for_nodes()
+        scans = {
+            s.node_id: {"fabric": s.fabric_key, "hca": s.hca, "port": s.port, "pk": s.pk}
+            for s in FabricScan.objects.filter(
+                assigned_at__isnull=False, pending_since__isnull=True, node__isnull=False
+            )
+        }
         collections: dict[str, list[str]] = {}
         for node, path in WeightCollection.objects.filter(done_at__isnull=True).values_list("node", "path"):
             collections.setdefault(node, []).append(path)
         with self.lock:
             self.shards = table
+            self.scans = {pk: scan for pk, scan in scans.items() if scan["pk"] not in self.handed_out}
             self.collections = collections
+
             self.shards_loaded = True
 
 

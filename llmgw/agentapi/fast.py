@@ -13,16 +13,22 @@ import json
 
 from asgiref.sync import sync_to_async
 
-from inventory.report_schema import heartbeat_problems
+from agent.protocol import report_digest
+from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi import desk as desk_module
 from llmgw.agentapi.desk import desk
-from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REVOKED, SEND_BEARER, too_large
+from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, too_large
 
 PATH = "/api/v1/agent/heartbeat"
+REPORT_PATH = "/api/v1/agent/report"
 
 
 def wants(scope) -> bool:
     return scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST"
+
+
+def wants_report(scope) -> bool:
+    return scope["type"] == "http" and scope["path"] == REPORT_PATH and scope["method"] == "POST"
 
 
 async def respond(send, status: int, body: dict) -> None:
@@ -83,3 +89,44 @@ async def heartbeat(scope, receive, send) -> None:
         return await respond(send, 401, {"error": REVOKED})
     desk_module.ensure_flusher()
     return await respond(send, 200, desk.accept(ref, beat, desk_module.now()))
+
+
+def replaying(body: bytes, receive):
+    """A ``receive`` that hands the already-read body to the next app, then carries on as the original."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def report(scope, receive, send, app) -> None:
+    """An unchanged full report is answered here; anything else goes on to the Django view.
+
+    Only the common case is taken: a valid report from a known node whose
+    digest matches the one stored. A changed report, a refusal, anything in
+    doubt is handed to the view with its body, which then answers exactly as
+    it always does.
+    """
+    length = header(scope, b"content-length")
+    if length.isdigit() and int(length) > REPORT_LIMIT:
+        return await app(scope, receive, send)
+    body = await read_body(receive, REPORT_LIMIT)
+    if body is None:
+        return await respond(send, 413, {"error": too_large(None, REPORT_LIMIT)})
+    scheme, _, secret = header(scope, b"authorization").partition(" ")
+    ref = desk.cached(secret.strip()) if scheme.lower() == "bearer" and secret.strip() else None
+    if ref is not None and ref.report_digest:
+        try:
+            parsed = json.loads(body or b"null")
+        except (ValueError, UnicodeDecodeError):
+            parsed = None
+        if isinstance(parsed, dict) and not report_problems(parsed) and report_digest(parsed) == ref.report_digest:
+            desk_module.ensure_flusher()
+            return await respond(send, 200, desk.accept_unchanged_report(ref, parsed, desk_module.now()))
+    return await app(scope, replaying(body, receive), send)

@@ -108,3 +108,56 @@ def test_a_node_that_was_unreachable_comes_back_at_the_flush(fleet):
     result = desk.flush()
     assert sorted(name for _, name in result.came_back) == ["node-00", "node-01", "node-02"]
     assert Node.objects.filter(reachable=True, lost=False).count() == 3
+
+
+async def reports(credentials: list[str], bodies: list[dict]) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://control") as http:
+        return [
+            await http.post("/api/v1/agent/report", json=body, headers={"Authorization": f"Bearer {c}"})
+            for c, body in zip(credentials, bodies, strict=True)
+        ]
+
+
+def test_an_unchanged_report_is_answered_without_the_database(fleet):
+    from django.utils import timezone
+
+    bodies = [report(hostname=f"node-{i:02d}") for i in range(len(fleet))]
+    for body in bodies:
+        body["load"] = {"cpu_percent": 99.0}  # a reading, not a change
+    desk.refresh_shards()
+    before = timezone.now()
+    with CaptureQueriesContext(connection) as queries:
+        answers = asyncio.run(reports(fleet, bodies))
+    assert len(queries) == 0
+    assert all(a.status_code == 200 and a.json()["unchanged"] is True for a in answers)
+    desk.flush()
+
+    assert Node.objects.filter(load={"cpu_percent": 99.0}, last_report_at__gte=before).count() == 20
+
+
+def test_a_changed_report_goes_on_to_the_view_and_is_stored(fleet):
+    from inventory.models import GPU
+
+    changed = report(hostname="node-00", gpus=[])
+    answer = asyncio.run(reports(fleet[:1], [changed]))[0]
+    assert answer.status_code == 200 and answer.json()["unchanged"] is False
+    assert not GPU.objects.filter(node__name="node-00").exists()
+    bad = asyncio.run(reports(fleet[:1], [{"gpus": "many"}]))[0]
+    assert bad.status_code == 400 and "report.gpus" in bad.json()["error"]
+
+
+def test_a_scan_assigned_to_a_node_is_handed_out_once(fleet):
+    from django.utils import timezone
+
+    from inventory.models import FabricScan
+
+    node = Node.objects.get(name="node-00")
+    FabricScan.objects.create(fabric_key="sm:0x1", node=node, hca="mlx5_0", port=1, assigned_at=timezone.now())
+    desk.refresh_shards()
+    first = asyncio.run(reports(fleet[:1], [report(hostname="node-00")]))[0].json()
+    assert first["scan"] == {"fabric": "sm:0x1", "hca": "mlx5_0", "port": 1}
+    again = asyncio.run(reports(fleet[:1], [report(hostname="node-00")]))[0].json()
+    assert "scan" not in again
+    desk.flush()
+    assert FabricScan.objects.get().pending_since is not None

@@ -153,7 +153,9 @@ def test_label_values_are_bounded(sims):
         "class": {"gb200-185g", "h100-80g", "a100-80g-mig-1g.20gb"},
         "model": {"llama"},
         "le": {str(float(b)) for b in metrics.RECONCILE_BUCKETS} | {"+Inf"},
+        "source": set(metrics.SOURCES),  # the extra sources registered in code, e.g. the gateway
     }
+
     for family in scrape.families.values():
         for sample in family.samples:
             for key, value in sample.labels.items():

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 
-from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from inventory.models import Node, NodeState
+from inventory.states import NodeStateError, set_node_state
 from inventory.views_data import node_detail, node_list, node_logs
 from llmgw.api.base import ApiView, Refused
 from llmgw.api.serializers.common import ERRORS, WRITE_ERRORS, ErrorSerializer
@@ -21,19 +19,9 @@ from llmgw.api.serializers.nodes import (
     NodeStateRequestSerializer,
     NodeStateSerializer,
 )
+from llmgw.core.models import ApiToken
 
 log = logging.getLogger(__name__)
-
-# What each word an operator may send means; the verbs are what ctl sends, the states what the API shows.
-STATES = {
-    "cordon": NodeState.CORDONED,
-    "cordoned": NodeState.CORDONED,
-    "uncordon": NodeState.READY,
-    "ready": NodeState.READY,
-    "drain": NodeState.DRAINING,
-    "draining": NodeState.DRAINING,
-}
-ACTIONS = {NodeState.READY: "uncordon", NodeState.CORDONED: "cordon", NodeState.DRAINING: "drain"}
 
 
 def no_node(name: str) -> Refused:
@@ -75,34 +63,14 @@ class NodeStateView(ApiView):
     )
     def post(self, request, name: str):
         word = self.body(request).get("state")
-        if not isinstance(word, str) or word.strip().lower() not in STATES:
-            raise Refused(400, f"state must be one of cordon, uncordon or drain (got {word!r})")
-        state = STATES[word.strip().lower()]
-        with transaction.atomic():
-            node = Node.objects.select_for_update().filter(name=name).first()
-            if node is None:
-                raise no_node(name)
-            previous = node.state
-            if previous != state:
-                Node.objects.filter(pk=node.pk).update(state=state)
-            self.audit(request, ACTIONS[state], name, previous=previous, state=state)
-        node_state_changed(name)
+        detail = {"via": "api", "user": request.user.get_username()}
+        if isinstance(request.auth, ApiToken):
+            detail["token"] = request.auth.hint
+        try:
+            previous, state = set_node_state(name, word, actor=self.actor(request), detail=detail)
+        except NodeStateError as exc:
+            raise Refused(exc.status, exc.message) from None
         return Response({"id": name, "state": state, "previous": previous})
-
-
-def node_state_changed(name: str) -> None:
-    """Tell placement a node's state changed, when the placement piece provides the hook."""
-    try:
-        signals = importlib.import_module("placement.signals")
-    except ImportError:
-        return
-    hook = getattr(signals, "node_state_changed", None)
-    if hook is None:
-        return
-    try:
-        hook(name)
-    except Exception:
-        log.exception("placement.signals.node_state_changed(%r) failed", name)
 
 
 class NodeLogsView(ApiView):

@@ -1,0 +1,166 @@
+"""The console's websockets: one per page, joining the groups dashboard.live publishes to.
+
+Each consumer forwards ``live.update`` messages to the browser as JSON
+(``{"kind", "subject", "data"}``) and nothing else: pages decide what to
+re-fetch, and the database stays the one source of what is true. A page that
+misses messages (a reconnect) re-fetches everything, so dropping is safe.
+
+Only a logged-in operator (active and staff) may listen, and only from a page
+of this site. The socket is accepted and then closed with 4403 rather than
+refused outright, because a refused handshake reaches the browser as a bare
+1006 that a page cannot tell from a network failure; 4403 lets it say
+"log in again" instead of retrying for ever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from dashboard import live
+
+FORBIDDEN = 4403
+
+
+def same_origin(scope: dict[str, Any]) -> bool:
+    """The socket was opened by a page of this site (or by no page at all: a script sends no Origin).
+
+    The session cookie rides along on any site's websocket, so without this a
+    page elsewhere could listen to the fleet in an operator's browser.
+    """
+    headers = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if not origin:
+        return True
+    host = headers.get(b"host", b"").decode("latin-1")
+    return urlsplit(origin).netloc.lower() == host.lower()
+
+
+def is_operator(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Checks the operator, joins ``live_groups()``, forwards what ``wants()`` lets through."""
+
+    joined: list[str]
+
+    async def connect(self) -> None:
+        self.joined = []
+        await self.accept()
+        if not (is_operator(self.scope.get("user")) and same_origin(self.scope)):
+            await self.close(code=FORBIDDEN)
+            return
+        groups = await self.live_groups()
+        if groups is None:
+            await self.close(code=4404)
+            return
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.joined = groups
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Pages only listen; anything they send is ignored."""
+
+    async def live_update(self, message: dict[str, Any]) -> None:
+        """A ``live.update`` from dashboard.live.publish: forwarded as it is, without the channel's type."""
+        if not self.wants(message):
+            return
+        await self.send_json({k: message[k] for k in ("kind", "subject", "data") if k in message})
+
+    async def live_groups(self) -> list[str] | None:
+        """The groups to join; None when the page's subject does not exist."""
+        raise NotImplementedError
+
+    def wants(self, message: dict[str, Any]) -> bool:
+        return True
+
+
+def named_nodes(message: dict[str, Any]) -> set[str]:
+    """The nodes a message is about: its subject for node messages, the sweep's lists for reachability."""
+    out = set()
+    if str(message.get("kind", "")).startswith("node."):
+        out.add(str(message.get("subject", "")))
+    data = message.get("data") or {}
+    for key in ("unreachable", "lost"):
+        if isinstance(data.get(key), list):
+            out.update(str(n) for n in data[key])
+    return out
+
+
+class FleetConsumer(LiveConsumer):
+    """Fleet, node list, all racks, fabrics and models: everything on the ``fleet`` group."""
+
+    async def live_groups(self) -> list[str]:
+        return [live.fleet_group()]
+
+
+class NodeConsumer(LiveConsumer):
+    """One node's page: the messages that name the node.
+
+    Every publisher sends to ``fleet`` as well as to ``node.<pk>`` and
+    ``domain.<pk>``, and the reachability sweep sends to ``fleet`` alone (one
+    message for many nodes). So this joins ``fleet`` and picks its node out:
+    joining the node's group too would deliver each report twice.
+    """
+
+    async def live_groups(self) -> list[str] | None:
+        self.node_name = await _node_name(self.scope["url_route"]["kwargs"]["pk"])
+        if self.node_name is None:
+            return None
+        return [live.fleet_group()]
+
+    def wants(self, message: dict[str, Any]) -> bool:
+        return self.node_name in named_nodes(message)
+
+
+class DomainConsumer(LiveConsumer):
+    """One rack's page: messages about its trays, cards moving in or out of it, the rack going dark.
+
+    An IMEX outage on a tray is not a domain move, so it reaches the
+    ``domain.<pk>`` group not at all; the trays' own messages are what tell.
+    Like NodeConsumer, it listens on ``fleet`` (which every publisher
+    includes) so that nothing arrives twice.
+    """
+
+    async def live_groups(self) -> list[str] | None:
+        pk = self.scope["url_route"]["kwargs"]["pk"]
+        found = await _domain_nodes(pk)
+        if found is None:
+            return None
+        self.domain_pk, (self.domain_key, self.trays) = str(pk), found
+        return [live.fleet_group()]
+
+    def wants(self, message: dict[str, Any]) -> bool:
+        data = message.get("data") or {}
+        moves = data.get("domain_moves") or []
+        moved_here = any(self.domain_key in (m[1], m[2]) for m in moves if isinstance(m, list | tuple) and len(m) == 3)
+        dark = self.domain_pk in (data.get("domains_dark") or []) + (data.get("domains_back") or [])
+        return bool(named_nodes(message) & self.trays) or moved_here or dark
+
+
+@database_sync_to_async
+def _node_name(pk: int) -> str | None:
+    from inventory.models import Node
+
+    return Node.objects.filter(pk=pk).values_list("name", flat=True).first()
+
+
+@database_sync_to_async
+def _domain_nodes(pk: int) -> tuple[str, set[str]] | None:
+    """The domain's key and the nodes whose cards name it, joined or not (a tray that left keeps its ClusterUUID)."""
+    from inventory.models import GPU, NVLinkDomain
+
+    domain = NVLinkDomain.objects.filter(pk=pk).first()
+    if domain is None:
+        return None
+    rows = GPU.objects.filter(cluster_uuid__iexact=domain.cluster_uuid, clique_id=domain.clique_id)
+    joined = GPU.objects.filter(domain=domain)
+    return domain.key, set(rows.values_list("node__name", flat=True)) | set(joined.values_list("node__name", flat=True))

@@ -1,0 +1,75 @@
+"""NVLink domains drawn as racks, with what keeps each tray out; all of them, or one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+
+from dashboard.racks import RackRenderer
+from dashboard.views import common
+from inventory.models import NVLinkDomain
+from inventory.views_data import nvlink_report
+
+
+def racks(only_pk: int | None = None) -> list[dict[str, Any]]:
+    """Each domain of the NVLink report as {pk, rack, domain}; the unassigned trays last, as a rack of their own."""
+    report = nvlink_report()
+    pks = {d.key: d.pk for d in NVLinkDomain.objects.all()}
+    out = []
+    for domain in report["domains"]:
+        pk = pks.get(domain["key"])
+        if only_pk is not None and pk != only_pk:
+            continue
+        out.append(_entry(pk, domain))
+    # In the order people name racks (their trays' names), not by ClusterUUID.
+    out.sort(key=lambda e: e["rack"].name)
+    if only_pk is None and report["unassigned"]:
+        # Trays trying to join but naming no domain: "which rack is this" is the first question.
+        out.append(_entry(None, {"key": "", "name": "trays in no domain", "nodes": report["unassigned"]}))
+    return out
+
+
+def _entry(pk: int | None, domain: dict[str, Any]) -> dict[str, Any]:
+    rack = RackRenderer(domain).render()
+    return {"pk": pk, "domain": domain, "rack": rack, "nodes": [n["node"] for n in domain["nodes"]]}
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    return common.page(
+        request,
+        "dashboard/nvlink.html",
+        {"racks": racks()},
+        title="NVLink domains",
+        section="nvlink",
+        socket="/ws/console/fleet/",
+    )
+
+
+def racks_fragment(request: HttpRequest) -> HttpResponse:
+    return common.fragment(request, "dashboard/fragments/racks.html", {"racks": racks()})
+
+
+def _one(pk: int) -> dict[str, Any]:
+    found = racks(only_pk=pk)
+    if not found:
+        raise Http404(f"no NVLink domain {pk}")
+    return found[0]
+
+
+def domain_page(request: HttpRequest, pk: int) -> HttpResponse:
+    entry = _one(pk)
+    return common.page(
+        request,
+        "dashboard/domain.html",
+        {"entry": entry},
+        title=f"NVLink domain {entry['rack'].name}",
+        section="nvlink",
+        socket=f"/ws/console/nvlink/{pk}/",
+        crumbs=[("NVLink", reverse("admin:console-nvlink"))],
+    )
+
+
+def rack_fragment(request: HttpRequest, pk: int) -> HttpResponse:
+    return common.fragment(request, "dashboard/fragments/rack.html", {"entry": _one(pk)})

@@ -1,0 +1,169 @@
+"""The console's sockets: who may listen, and which pushes each page's socket passes on."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.auth import AuthMiddlewareStack
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from dashboard import live
+from dashboard.routing import websocket_urlpatterns
+from inventory.models import Node, NVLinkDomain
+from tests.api.fleet import ingest_fleet
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+APP = URLRouter(websocket_urlpatterns)
+
+
+def run_async(test):
+    """Run an async test body in an event loop of its own (pytest-asyncio is not a dependency)."""
+
+    @functools.wraps(test)
+    def sync_test(*args, **kwargs):
+        return async_to_sync(test)(*args, **kwargs)
+
+    return sync_test
+
+
+@pytest.fixture(autouse=True)
+def in_memory_layer(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    live.breaker.reset()
+
+
+@pytest.fixture
+def fleet(db):
+    ingest_fleet("gb200-nvl72:1,h100-hgx:2")
+
+
+async def open_socket(path: str, user, headers=None) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(APP, path, headers=headers or [(b"host", b"console.test")])
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
+async def refused_with(comm: WebsocketCommunicator) -> int | None:
+    out = await comm.receive_output(timeout=2)
+    assert out["type"] == "websocket.close"
+    return out.get("code")
+
+
+async def publish(update: live.Update) -> None:
+    # live.publish is the synchronous helper ingestion calls; run it as ingestion would, off the loop.
+    sent = await sync_to_async(live.publish, thread_sensitive=False)([live.fleet_group()], update)
+    assert sent
+
+
+def report(node: str, **data) -> live.Update:
+    return live.Update(kind="node.report", subject=node, data={"node": 0, **data})
+
+
+@run_async
+async def test_an_operator_hears_what_is_published_to_the_fleet(olivia):
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    await publish(report("hgx-000", fields=["load"]))
+    assert await comm.receive_json_from(timeout=2) == {
+        "kind": "node.report",
+        "subject": "hgx-000",
+        "data": {"node": 0, "fields": ["load"]},
+    }
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("path", ["/ws/console/fleet/", "/ws/console/nodes/1/", "/ws/console/nvlink/1/"])
+@run_async
+async def test_nobody_is_refused_with_4403(path):
+    comm = await open_socket(path, AnonymousUser())
+    assert await refused_with(comm) == 4403
+
+
+@run_async
+async def test_a_colleague_who_is_not_staff_is_refused(db):
+    from django.contrib.auth import get_user_model
+
+    carl = await sync_to_async(get_user_model().objects.create_user)("carl")
+    comm = await open_socket("/ws/console/fleet/", carl)
+    assert await refused_with(comm) == 4403
+
+
+@run_async
+async def test_a_page_of_another_site_is_refused_even_with_the_operators_cookie(olivia):
+    headers = [(b"host", b"console.test"), (b"origin", b"https://evil.example")]
+    comm = await open_socket("/ws/console/fleet/", olivia, headers)
+    assert await refused_with(comm) == 4403
+    same = await open_socket(
+        "/ws/console/fleet/", olivia, [(b"host", b"console.test"), (b"origin", b"http://console.test")]
+    )
+    await publish(report("x"))
+    assert (await same.receive_json_from(timeout=2))["subject"] == "x"
+    await same.disconnect()
+
+
+@run_async
+async def test_a_refused_socket_hears_nothing(olivia):
+    comm = await open_socket("/ws/console/fleet/", AnonymousUser())
+    assert await refused_with(comm) == 4403
+    await publish(report("hgx-000"))
+    assert await comm.receive_nothing(timeout=0.3)
+
+
+@run_async
+async def test_a_node_page_hears_its_node_and_the_sweep_that_names_it(olivia, fleet):
+    pk = await sync_to_async(lambda: Node.objects.get(name="hgx-000").pk)()
+    comm = await open_socket(f"/ws/console/nodes/{pk}/", olivia)
+    await publish(report("hgx-001"))
+    assert await comm.receive_nothing(timeout=0.3), "another node's report is not this page's"
+    await publish(live.Update(kind="fleet.reachability", subject="fleet", data={"unreachable": ["hgx-000"]}))
+    assert (await comm.receive_json_from(timeout=2))["kind"] == "fleet.reachability"
+    await publish(report("hgx-000"))
+    assert (await comm.receive_json_from(timeout=2))["subject"] == "hgx-000"
+    await comm.disconnect()
+
+
+@run_async
+async def test_a_rack_page_hears_its_trays_and_cards_moving_in_or_out(olivia, fleet):
+    domain = await sync_to_async(NVLinkDomain.objects.get)()
+    comm = await open_socket(f"/ws/console/nvlink/{domain.pk}/", olivia)
+    await publish(report("hgx-000"))
+    assert await comm.receive_nothing(timeout=0.3), "an HGX is in no rack"
+    await publish(report("nvl72-00-tray-11", fields=["imex_state"]))
+    assert (await comm.receive_json_from(timeout=2))["subject"] == "nvl72-00-tray-11"
+    await publish(report("newcomer", domain_moves=[[0, None, domain.key]]))
+    assert (await comm.receive_json_from(timeout=2))["subject"] == "newcomer"
+    await publish(live.Update(kind="fleet.reachability", subject="fleet", data={"domains_dark": [str(domain.pk)]}))
+    assert (await comm.receive_json_from(timeout=2))["kind"] == "fleet.reachability"
+    await comm.disconnect()
+
+
+@run_async
+async def test_a_socket_for_something_that_does_not_exist_closes_with_4404(olivia, fleet):
+    assert await refused_with(await open_socket("/ws/console/nodes/999999/", olivia)) == 4404
+    assert await refused_with(await open_socket("/ws/console/nvlink/999999/", olivia)) == 4404
+
+
+@run_async
+async def test_the_session_cookie_is_what_identifies_the_operator(olivia):
+    """Through AuthMiddlewareStack as llmgw.asgi wires it: a logged-in session's cookie gets in."""
+    from django.test import Client
+
+    client = Client()
+    await sync_to_async(client.force_login)(olivia)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    comm = WebsocketCommunicator(
+        AuthMiddlewareStack(APP), "/ws/console/fleet/", headers=[(b"host", b"h"), (b"cookie", cookie)]
+    )
+    assert (await comm.connect())[0]
+    await publish(report("y"))
+    assert (await comm.receive_json_from(timeout=2))["subject"] == "y"
+    await comm.disconnect()
+    stranger = WebsocketCommunicator(AuthMiddlewareStack(APP), "/ws/console/fleet/", headers=[(b"host", b"h")])
+    assert (await stranger.connect())[0]
+    assert await refused_with(stranger) == 4403

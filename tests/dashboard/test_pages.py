@@ -1,0 +1,261 @@
+"""Each console page for an operator, a colleague who is not staff, and nobody; what the pages show."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from agent.simulator import fleet as F
+from inventory.models import Node, NVLinkDomain
+from inventory.scans import record_scan
+from llmgw.core.models import AuditEntry
+from placement.models import PlacementExplanation
+from tests.api.fleet import add_model, ingest, ingest_fleet, place
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(db) -> dict[str, F.SimNode]:
+    sims = {s.name: s for s in ingest_fleet("gb200-nvl72:1,h100-hgx:2,a100-mig:1,cpu:1")}
+    model = add_model()
+    place(model, "hgx-000", [0, 1])
+    return sims
+
+
+def fabric_id() -> str:
+    from inventory.models import IBPort
+
+    guid = IBPort.objects.exclude(sm_guid="").values_list("sm_guid", flat=True).first()
+    return f"sm-{guid}"
+
+
+def pages(fleet) -> list[str]:
+    domain = NVLinkDomain.objects.get()
+    return [
+        "/admin/fleet/",
+        "/admin/fleet/live",
+        "/admin/nodes/",
+        "/admin/nodes/live",
+        "/admin/nodes/hgx-000/",
+        "/admin/nodes/hgx-000/live",
+        "/admin/nvlink/",
+        "/admin/nvlink/live",
+        f"/admin/nvlink/{domain.pk}/",
+        f"/admin/nvlink/{domain.pk}/live",
+        "/admin/fabrics/",
+        "/admin/fabrics/live",
+        f"/admin/fabrics/{fabric_id()}/",
+        f"/admin/fabrics/{fabric_id()}/live",
+        "/admin/models/",
+        "/admin/models/live",
+        "/admin/models/llama-8b/",
+        "/admin/models/llama-8b/live",
+    ]
+
+
+def test_every_page_renders_for_an_operator(operator, fleet):
+    for path in pages(fleet):
+        answer = operator.get(path)
+        assert answer.status_code == 200, path
+        assert b"data-live-fragment" in answer.content, path
+
+
+def test_nobody_and_a_colleague_who_is_not_staff_are_sent_to_the_login(nobody, colleague, fleet):
+    for client in (nobody, colleague):
+        for path in pages(fleet):
+            answer = client.get(path)
+            assert answer.status_code == 302, path
+            assert answer["Location"].startswith("/admin/login/?next="), path
+
+
+def test_unknown_subjects_are_not_found(operator, fleet):
+    for path in ("/admin/nodes/nope/", "/admin/nvlink/99999/", "/admin/fabrics/sm-0x1/", "/admin/models/nope/"):
+        assert operator.get(path).status_code == 404, path
+
+
+def test_the_admin_index_links_the_console(operator):
+    index = operator.get("/admin/").content.decode()
+    for path in ("/admin/fleet/", "/admin/nodes/", "/admin/nvlink/", "/admin/fabrics/", "/admin/models/"):
+        assert f'href="{path}"' in index, path
+
+
+def test_a_page_says_it_is_not_live_until_its_socket_opens(operator, fleet):
+    page = operator.get("/admin/fleet/").content.decode()
+    assert 'data-live-state="off"' in page and "not live" in page
+    assert 'data-live-socket="/ws/console/fleet/"' in page
+    assert "/static/dashboard/live.js" in page and "/static/dashboard/console.css" in page
+
+
+def test_the_console_and_admin_static_files_are_served_without_collectstatic(nobody, settings):
+    settings.DEBUG = False
+    for path in ("/static/dashboard/live.js", "/static/dashboard/console.css", "/static/admin/css/base.css"):
+        answer = nobody.get(path)
+        assert answer.status_code == 200, path
+    assert nobody.get("/static/../llmgw/settings.py").status_code == 404
+    assert nobody.get("/static/dashboard/nope.js").status_code == 404
+
+
+def test_the_fleet_page_counts_and_tiles(operator, fleet):
+    Node.objects.filter(name="cpu-00").update(reachable=False)
+    page = operator.get("/admin/fleet/").content.decode()
+    assert '<li data-count="unreachable" class="bad">1 unreachable</li>' in page
+    assert 'data-node="cpu-00" data-condition="unreachable"' in page
+    assert 'data-node="hgx-001" data-condition="ready"' in page
+    assert '<tr data-class="h100-80g">' in page
+    assert "The doctor" in page or "No open findings" in page
+
+
+def test_a_parked_model_is_on_the_fleet_page_with_a_link_to_why(operator, fleet):
+    from catalog.models import CatalogModel
+
+    CatalogModel.objects.filter(name="llama-8b").update(
+        parked_at=timezone.now(), parked_error="engine exited 1", failure_streak=3
+    )
+    page = operator.get("/admin/fleet/").content.decode()
+    assert "parked after 3 failed starts: engine exited 1" in page
+    assert 'href="/admin/models/llama-8b/#why"' in page
+
+
+def test_an_hgx_node_shows_its_nvlink_matrix_numa_and_nearest_adapter(operator, fleet):
+    page = operator.get("/admin/nodes/hgx-000/").content.decode()
+    cells = re.findall(r'data-link="(\w+)"', page)
+    assert cells.count("nv") == 8 * 7 and cells.count("self") == 8
+    assert "Every card reaches every other over NVLink" in page
+    assert re.search(r"<td>mlx5_0 <small>\(PIX\)</small></td>", page)
+    assert 'data-gpu="hgx-000/0"' in page and "held by" in page.lower()
+    assert "llama-8b#" in page, "the cards a shard holds say whose"
+
+
+def test_a_mig_node_shows_its_instances_as_card_slash_mig_with_their_class(operator, fleet):
+    page = operator.get("/admin/nodes/mig-00/").content.decode()
+    assert "MIG instances" in page and "NVLink matrix" not in page
+    for i in range(4):
+        assert f'data-gpu="mig-00/0/mig{i}"><td>0/mig{i}</td><td>a100-80g-mig-1g.20gb</td>' in page
+
+
+def test_a_tray_page_shows_its_domain_and_imex(operator, fleet):
+    domain = NVLinkDomain.objects.get()
+    page = operator.get("/admin/nodes/nvl72-00-tray-04/").content.decode()
+    assert f'href="/admin/nvlink/{domain.pk}/"' in page
+    assert 'IMEX <span class="ok">up</span>' in page and "channels 0" in page
+
+
+def test_unhealthy_cards_and_missing_avx2_are_said(operator, fleet):
+    F.gpu_lost(fleet["hgx-001"], 3)
+    ingest(fleet["hgx-001"])
+    Node.objects.filter(name="cpu-00").update(cpu_flags=["sse4_2"])
+    assert "gpu 3: lost by the driver" in operator.get("/admin/nodes/hgx-001/").content.decode()
+    assert "no AVX2" in operator.get("/admin/nodes/cpu-00/").content.decode()
+
+
+def test_cordon_drain_and_uncordon_from_the_page_are_audited(operator, fleet):
+    page = operator.get("/admin/nodes/hgx-001/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in page
+    for word, state in (("cordon", "cordoned"), ("drain", "draining"), ("uncordon", "ready")):
+        answer = operator.post("/admin/nodes/hgx-001/state", {"state": word})
+        assert answer.status_code == 302 and answer["Location"] == "/admin/nodes/hgx-001/"
+        assert Node.objects.get(name="hgx-001").state == state
+    actions = list(AuditEntry.objects.filter(target="hgx-001").order_by("at").values_list("action", "actor"))
+    assert actions == [("cordon", "olivia"), ("drain", "olivia"), ("uncordon", "olivia")]
+    assert AuditEntry.objects.filter(target="hgx-001").first().detail["via"] == "console"
+
+
+def test_a_state_change_needs_a_post_with_csrf_from_an_operator(nobody, colleague, olivia, fleet):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(olivia)
+    assert strict.post("/admin/nodes/hgx-001/state", {"state": "cordon"}).status_code == 403
+    assert nobody.post("/admin/nodes/hgx-001/state", {"state": "cordon"}).status_code == 302
+    assert colleague.post("/admin/nodes/hgx-001/state", {"state": "drain"}).status_code == 302
+    assert Node.objects.get(name="hgx-001").state == "ready"
+    assert not AuditEntry.objects.filter(target="hgx-001").exists()
+
+
+def test_a_word_that_is_not_a_state_is_refused_with_what_to_send(operator, fleet):
+    answer = operator.post("/admin/nodes/hgx-001/state", {"state": "reboot"}, follow=True)
+    assert "state must be one of cordon, uncordon or drain" in answer.content.decode().lower()
+    assert Node.objects.get(name="hgx-001").state == "ready"
+    assert operator.get("/admin/nodes/hgx-001/state").status_code == 405
+
+
+def test_the_rack_page_draws_the_domain_and_lists_what_keeps_a_tray_out(operator, fleet):
+    F.tray_leave(fleet["nvl72-00-tray-09"])
+    ingest(fleet["nvl72-00-tray-09"])
+    page = operator.get("/admin/nvlink/").content.decode()
+    states = dict(re.findall(r'data-gpu="([^"]+)" data-state="(\w+)"', page))
+    assert len(states) == 72 and sorted(g for g, s in states.items() if s == "down") == [
+        f"nvl72-00-tray-09/{i}" for i in range(4)
+    ]
+    assert '<li data-tray="nvl72-00-tray-09"><a href="/admin/nodes/nvl72-00-tray-09/">' in page
+    assert "gpus 0–3: fabric state In Progress" in page
+
+
+def test_the_rack_page_reads_a_fixed_number_of_queries_however_many_racks(operator, db, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ingest_fleet("gb200-nvl72:1")
+    with CaptureQueriesContext(connection) as one:
+        operator.get("/admin/nvlink/live")
+    ingest_fleet("gb200-nvl72:2", prefix="more-")
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        page = operator.get("/admin/nvlink/live").content.decode()
+    assert page.count("data-gpu=") == 72 * 3
+    headings = re.findall(r">([\w-]+-tray-00) … ", page)
+    assert headings == ["more-nvl72-00-tray-00", "more-nvl72-01-tray-00", "nvl72-00-tray-00"], "racks by name"
+
+
+def test_the_node_list_reads_a_fixed_number_of_queries_however_many_nodes(operator, db, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ingest_fleet("h100-hgx:2")
+    with CaptureQueriesContext(connection) as few:
+        operator.get("/admin/nodes/live")
+    ingest_fleet("h100-hgx:6,a100-mig:2", prefix="more-")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        operator.get("/admin/nodes/live")
+
+
+def test_a_fabric_without_a_scan_says_so_and_one_with_a_scan_is_drawn_with_our_adapters(operator, fleet):
+    fabric = fabric_id()
+    page = operator.get(f"/admin/fabrics/{fabric}/").content.decode()
+    assert 'data-scan="none"' in page and "No scan of this fabric" in page
+    node = Node.objects.get(name="hgx-000")
+    record_scan(node, {"fabric": fabric.replace("sm-", "sm:", 1), "output": F.scan_capture()}, timezone.now())
+    page = operator.get(f"/admin/fabrics/{fabric}/").content.decode()
+    assert 'data-scan="ok"' in page and '<svg class="topology"' in page
+    ours = set(re.findall(r'data-state="(\w+)" data-node="([^"]+)"', page))
+    assert ("active", "hgx-000") in ours and ("active", "nvl72-00-tray-00") in ours
+    assert page.count('data-role="leaf"') == 31
+
+
+def test_a_failed_scan_is_said_with_when_and_the_last_good_map_kept(operator, fleet):
+    fabric = fabric_id()
+    node = Node.objects.get(name="hgx-000")
+    key = fabric.replace("sm-", "sm:", 1)
+    record_scan(node, {"fabric": key, "output": F.scan_capture()}, timezone.now())
+    record_scan(node, {"fabric": key, "error": "ibnetdiscover: umad port 1 not active"}, timezone.now())
+    page = operator.get(f"/admin/fabrics/{fabric}/").content.decode()
+    assert 'data-scan="failed"' in page and "umad port 1 not active" in page and "this is the map from" in page
+    assert 'data-scan="ok"' in page
+
+
+def test_the_models_page_shows_desired_and_ready_and_the_explanation(operator, fleet):
+    from catalog.models import CatalogModel
+
+    model = CatalogModel.objects.get(name="llama-8b")
+    PlacementExplanation.objects.create(
+        model=model,
+        placed=False,
+        rejections=[{"profile": "h100", "node": "hgx-001", "reason": "cordoned: takes nothing new"}],
+    )
+    listing = operator.get("/admin/models/").content.decode()
+    assert 'data-model="llama-8b"' in listing and "1 / 1" in listing and "cannot be placed" in listing
+    page = operator.get("/admin/models/llama-8b/").content.decode()
+    assert "cordoned: takes nothing new" in page and 'href="/admin/nodes/hgx-001/"' in page
+    assert 'on <a href="/admin/nodes/hgx-000/">hgx-000</a> gpu 0, 1' in page

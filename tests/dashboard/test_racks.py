@@ -1,0 +1,129 @@
+"""The rack drawing: the renderer's states and geometry, and the template's attributes, from a real fleet's data."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from django.template.loader import render_to_string
+
+from agent.simulator import fleet as F
+from dashboard.racks import DEGRADED, DOWN, JOINED, RackRenderer, compress_reasons, short_names
+from inventory.models import Node
+from inventory.views_data import nvlink_report
+from tests.api.fleet import ingest, ingest_fleet
+
+
+def rack_of(report: dict, index: int = 0):
+    return RackRenderer(report["domains"][index]).render()
+
+
+def chips(rack) -> dict[str, str]:
+    return {c.gpu: c.state for t in rack.trays for c in t.chips}
+
+
+@pytest.fixture
+def nvl72(db) -> dict[str, F.SimNode]:
+    return {s.name: s for s in ingest_fleet("gb200-nvl72:1")}
+
+
+def test_a_whole_nvl72_is_eighteen_trays_of_four_joined_chips(nvl72):
+    rack = rack_of(nvlink_report())
+    assert len(rack.trays) == 18 and all(len(t.chips) == 4 for t in rack.trays)
+    assert set(chips(rack).values()) == {JOINED} and len(chips(rack)) == 72
+    assert rack.state == JOINED and rack.reasons == [] and rack.summary["trays_in"] == 18
+    assert [t.label for t in rack.trays[:3]] == ["00", "01", "02"], "the rack's shared prefix is left off"
+    assert rack.name == "nvl72-00-tray-00 … nvl72-00-tray-17", "an unnamed domain goes by its trays"
+    # Trays are stacked without overlapping, under the switch band, inside the rack.
+    ys = [t.y for t in rack.trays]
+    assert ys == sorted(ys) and min(b - a for a, b in itertools.pairwise(ys)) >= 20
+    assert rack.trays[0].y > rack.band[1] + rack.band[3] and rack.trays[-1].y + 20 <= rack.height
+
+
+def test_a_tray_that_leaves_turns_exactly_its_chips_down_and_says_why(nvl72):
+    F.tray_leave(nvl72["nvl72-00-tray-03"])
+    ingest(nvl72["nvl72-00-tray-03"])
+    rack = rack_of(nvlink_report())
+    down = sorted(g for g, s in chips(rack).items() if s == DOWN)
+    assert down == [f"nvl72-00-tray-03/{i}" for i in range(4)]
+    assert rack.state == DOWN and rack.summary[JOINED] == 68
+    assert rack.reasons == [("nvl72-00-tray-03", ["gpus 0–3: fabric state In Progress"])]
+    assert next(t for t in rack.trays if t.node == "nvl72-00-tray-03").state == "out"
+
+
+def test_degraded_bandwidth_is_amber_and_a_warning_not_a_reason(nvl72):
+    F.degrade(nvl72["nvl72-00-tray-05"], 2)
+    ingest(nvl72["nvl72-00-tray-05"])
+    rack = rack_of(nvlink_report())
+    assert chips(rack)["nvl72-00-tray-05/2"] == DEGRADED and rack.state == DEGRADED
+    assert rack.reasons == []
+    assert rack.warnings == [("nvl72-00-tray-05", ["gpu 2: NVLink bandwidth degraded (Degraded)"])]
+
+
+def test_imex_down_keeps_the_tray_out_with_its_chips_still_joined(nvl72):
+    F.imex_down(nvl72["nvl72-00-tray-07"])
+    ingest(nvl72["nvl72-00-tray-07"])
+    rack = rack_of(nvlink_report())
+    tray = next(t for t in rack.trays if t.node == "nvl72-00-tray-07")
+    assert tray.state == "out" and tray.imex == "down"
+    assert {c.state for c in tray.chips} == {JOINED}
+    assert rack.reasons == [("nvl72-00-tray-07", ["IMEX down"])]
+
+
+def test_a_silent_tray_is_drawn_from_its_last_report_and_says_so(nvl72):
+    Node.objects.filter(name="nvl72-00-tray-01").update(reachable=False)
+    rack = rack_of(nvlink_report())
+    tray = next(t for t in rack.trays if t.node == "nvl72-00-tray-01")
+    assert tray.state == "unreachable"
+    assert rack.reasons[0][0] == "nvl72-00-tray-01" and rack.reasons[0][1][0].startswith("unreachable")
+
+
+def test_the_template_carries_each_chips_gpu_and_state(nvl72):
+    F.tray_leave(nvl72["nvl72-00-tray-00"])
+    ingest(nvl72["nvl72-00-tray-00"])
+    svg = render_to_string("dashboard/rack.svg", {"rack": rack_of(nvlink_report())})
+    states = dict(re.findall(r'data-gpu="([^"]+)" data-state="(\w+)"', svg))
+    assert len(states) == 72
+    assert [g for g, s in states.items() if s == "down"] == [f"nvl72-00-tray-00/{i}" for i in range(4)]
+    assert svg.count('class="light"') == 1 and 'data-rack-state="down"' in svg
+
+
+def test_reasons_that_say_the_same_thing_for_many_cards_are_said_once():
+    lines = [
+        "gpu 0 fabric state In Progress",
+        "gpu 1 fabric state In Progress",
+        "gpu 3 fabric state In Progress",
+        "gpu 2 joined no domain",
+        "IMEX down",
+    ]
+    assert compress_reasons(lines) == ["gpus 0, 1, 3: fabric state In Progress", "gpu 2: joined no domain", "IMEX down"]
+    assert compress_reasons(["gpu 0/mig1: Xid 79", "gpu 0/mig2: Xid 79"]) == ["gpus 0/mig1, 0/mig2: Xid 79"]
+
+
+def test_short_names_cut_at_a_separator():
+    assert short_names(["r1-tray-1", "r1-tray-12"]) == {"r1-tray-1": "1", "r1-tray-12": "12"}
+    assert short_names(["solo"]) == {"solo": "solo"}
+
+
+def test_a_rack_of_other_shape_is_drawn_too():
+    domain = {
+        "key": "u/1",
+        "nodes": [
+            {
+                "node": f"n{i}",
+                "reachable": True,
+                "in_domain": True,
+                "ready": True,
+                "imex": "up",
+                "out": [],
+                "warnings": [],
+                "cards": [{"index": j, "label": str(j), "joined": True, "degraded": False} for j in range(8)],
+            }
+            for i in range(2)
+        ],
+    }
+    rack = RackRenderer(domain).render()
+    xs = [c.x for c in rack.trays[0].chips]
+    assert len(xs) == 8 and xs == sorted(xs)
+    assert xs[-1] + rack.trays[0].chips[-1].w < rack.trays[0].imex_x, "eight chips still leave room for the IMEX light"
