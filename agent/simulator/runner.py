@@ -45,6 +45,7 @@ class Simulation:
         stagger_s: float | None = None,
         seed: int = 0,
         observe: Callable[[str, float, int], None] | None = None,
+        run_shards: bool = True,
     ) -> None:
         self.server = server
         self.join_token = join_token
@@ -63,6 +64,9 @@ class Simulation:
         # Each simulated node's shards, served by fake engines; kept across a node's restarts
         # the way a real node's engines outlive a heartbeat hiccup.
         self.shards: dict[str, SimShards] = {n: SimShards() for n in self.nodes}
+        # False: the nodes run nothing and say nothing about shards, for tests that
+        # place replicas by hand and want them left as they put them.
+        self.run_shards = run_shards
 
     # --- life of the fleet ---
 
@@ -76,7 +80,7 @@ class Simulation:
 
         async def heartbeat() -> dict:
             load = {"cpu_percent": round(self.rng.uniform(1, 40), 1), "load1": 1.0}
-            return {"load": load, "shards": shards.status()}
+            return {"load": load, "shards": shards.status()} if self.run_shards else {"load": load}
 
         def registered(registration) -> None:
             self.credentials[node.name] = registration.credential
@@ -92,7 +96,7 @@ class Simulation:
             report,
             heartbeat,
             on_registered=registered,
-            on_shards=shards.apply,
+            on_shards=shards.apply if self.run_shards else None,
             on_scan=scan,
             rng=self.rng,
         )
