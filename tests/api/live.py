@@ -38,7 +38,7 @@ class SimThread:
         self.nodes = F.build_fleet(spec)
 
         async def make() -> Simulation:
-            return Simulation(url, join, self.nodes, heartbeat_interval_s=2.0, report_interval_s=60)
+            return Simulation(url, join, self.nodes, heartbeat_interval_s=2.0, report_interval_s=60, run_shards=False)
 
         self.sim = self.call(make())
         self.call(self.sim.start())

@@ -36,12 +36,21 @@ def test_the_list_counts_devices_by_class_and_what_shards_hold(operator, fleet):
     assert (hgx["gpu_total"], hgx["gpu_free"], hgx["replicas"]) == (8, 6, 1)
     assert hgx["devices"] == [{"class": "h100-80g", "total": 8, "used": 2, "free": 6, "unhealthy": 0, "held": 0}]
     assert hgx["fabrics"] == ["north"] and hgx["engines"] == ["sglang", "vllm"]
-    # MIG instances are devices of their own class; these lack a MIG UUID, so they are held back, with why.
+    # MIG instances are devices of their own class.
     mig = nodes["mig-00"]
-    assert mig["gpu_classes"] == ["a100-80g-mig-1g.20gb"] and mig["gpu_total"] == 4 and mig["gpu_free"] == 0
-    assert mig["unhealthy_gpus"][0] == "gpu 0/mig0: a MIG instance without its MIG UUID"
+    assert mig["gpu_classes"] == ["a100-80g-mig-1g.20gb"] and mig["gpu_total"] == 4 and mig["gpu_free"] == 4
     cpu = nodes["cpu-00"]
     assert cpu["gpu_total"] == 0 and "fabrics" not in cpu, "no fabric declared: absent, not empty"
+
+
+def test_a_mig_instance_without_its_uuid_is_held_back_with_why(operator, fleet):
+    sim = fleet["mig-00"]
+    for gpu in sim.gpus:
+        gpu.pop("mig_uuid", None)  # what `nvidia-smi -q -x` alone gives: no MIG UUIDs
+    ingest(sim)
+    mig = by_id(operator.get("/api/v1/nodes"))["mig-00"]
+    assert mig["gpu_total"] == 4 and mig["gpu_free"] == 0
+    assert mig["unhealthy_gpus"][0] == "gpu 0/mig0: a MIG instance without its MIG UUID"
 
 
 def test_an_unhealthy_card_is_neither_used_nor_free(operator, fleet):

@@ -36,7 +36,7 @@ def test_the_summary_adds_up(operator, fleet):
     # 24 cards: 3 held by shards, 1 unhealthy; the cordoned node's 7 healthy cards are not free capacity.
     assert (h100["total"], h100["used"], h100["unhealthy"], h100["free"]) == (24, 3, 1, 13)
     mig = next(c for c in s["gpus"] if c["class"].startswith("a100-80g-mig-"))
-    assert mig["total"] == 4 and mig["held"] == 4
+    assert mig["total"] == 4 and mig["held"] == 0 and mig["free"] == 4, "the simulated instances carry MIG UUIDs"
     assert s["fabrics"] == [
         {"fabric": "north", "nodes": 3, "nodes_with_weights": 1, "models_present": 2, "largest_free_block": 0}
     ]

@@ -48,7 +48,7 @@ def test_status_counts_devices_by_class(ctl, fleet):
 
 def test_nodes_and_one_node(ctl, fleet):
     code, out, _ = ctl("nodes")
-    assert code == 0 and "14/16" not in out and "6/8 h100-80g" in out and "0/4 a100-80g-mig-1g.20gb" in out
+    assert code == 0 and "14/16" not in out and "6/8 h100-80g" in out and "4/4 a100-80g-mig-1g.20gb" in out
     code, out, _ = ctl("node", "hgx-000")
     assert code == 0 and "mlx5_0 (PIX)" in out and "NVLink" in out and "llama-8b#" in out
 
