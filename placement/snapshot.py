@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from catalog.models import CatalogModel
-from inventory.fabrics import PortFacts, analyze
-from inventory.models import GPU, IBPort, Node, NVLinkDomain
+from inventory.fabric_inventory import analyze_inventory
+from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Demand, Replica
 from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ProfileInfo, ReplicaInfo, ShardInfo, Snapshot
 
@@ -107,29 +107,9 @@ def node_fabrics() -> dict[str, str]:
     A node missing here has no port, or ports on two fabrics, or one whose
     subnet manager could not be read: it takes no multi-node replica over
     InfiniBand, since its peers might be reached through the wrong fabric.
+    The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory).
     """
-    ports = [
-        PortFacts(
-            node=p.node.name,
-            hca=p.hca,
-            port=p.port,
-            state=p.state or None,
-            phys_state=p.phys_state or None,
-            rate_gbps=p.rate_gbps,
-            link_layer=p.link_layer or None,
-            node_guid=p.node_guid or None,
-            port_guid=p.port_guid or None,
-            sm_lid=p.sm_lid,
-            sm_guid=p.sm_guid or None,
-            sm_error=p.sm_error or None,
-            network=p.network or None,
-            declared_fabric=p.fabric or None,
-        )
-        for p in IBPort.objects.filter(node__lost=False).select_related("node")
-    ]
-    if not ports:
-        return {}
-    report = analyze(ports)
+    report = analyze_inventory()
     out = {}
     for name in report.node_fabrics:
         key = report.fabric_of(name)
