@@ -200,3 +200,73 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         if agent is not None and agent.poll() is None:
             agent.kill()
         assert server.stop() == 0, server.log.read_text()
+
+
+def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tmp_path):
+    """The openai client, a key, the gateway, a cold start through the real reconciler, llama.cpp answering."""
+    import openai
+
+    require_llama_cpp()
+    gguf = smollm2_gguf()
+    server = Server(tmp_path, LLMGW_EVERY_RECONCILE="1", LLMGW_COLD_START_TIMEOUT_S="180")
+    agent = None
+    try:
+        server.wait_ready()
+        agent = start_agent(server, tmp_path)
+        inv = Inventory(server)
+        deadline = time.monotonic() + 60
+        while not inv.rows("select 1 from inventory_node where name = 'e2e-cpu'"):
+            assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.3)
+        add_model(
+            server,
+            {
+                "name": "smollm2",
+                "source": gguf.as_uri(),
+                "scaling": {"min": 0, "max": 1},
+                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
+            },
+        )
+        time.sleep(3)
+        assert inv.rows("select count(*) from placement_replica")[0][0] == 0, "min 0: nothing placed yet"
+
+        admin = (server.data / "admin-token").read_text().strip()
+        created = httpx.post(
+            f"http://{server.admin}/api/v1/keys",
+            json={"team": "e2e"},
+            headers={"Authorization": f"Bearer {admin}"},
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        client = openai.OpenAI(
+            base_url=f"http://{server.gateway}/v1", api_key=created.json()["key"], timeout=240, max_retries=0
+        )
+
+        first = client.chat.completions.create(
+            model="smollm2", max_tokens=12, messages=[{"role": "user", "content": "Say hello."}]
+        )
+        assert first.choices[0].message.content.strip(), "the cold start ended in an answer"
+        assert inv.rows("select state from placement_replica")[0][0] == "ready"
+
+        streamed = client.chat.completions.create(
+            model="smollm2", max_tokens=12, stream=True, messages=[{"role": "user", "content": "Count to three."}]
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+        assert text.strip(), "tokens streamed through the gateway"
+
+        # llama.cpp's stream carries no usage: llmgw counted it, and says so.
+        deadline = time.monotonic() + 30
+        while True:
+            rows = inv.rows("select stream, completion_tokens, counted_by from gateway_usagerecord order by at")
+            if len(rows) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(rows) == 2 and all(r[1] > 0 for r in rows), rows
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+        assert server.stop() == 0, server.log.read_text()
