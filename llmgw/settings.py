@@ -181,5 +181,8 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
+        # The filesystem broker has no host, and kombu warns about it at every start.
+        "kombu.connection": {"level": "ERROR"},
+
     },
 }
