@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -250,6 +251,47 @@ def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path) -> sub
     return proc
 
 
+def start_llmgw_uvicorn(env: dict[str, str], gateway: int, log: Path) -> subprocess.Popen | None:
+    """The same ASGI application under uvicorn, on the gateway port: the alternative server, measured.
+
+    Left out (with why) when uvicorn is not installed; it comes with llama-cpp-python's server extra.
+    """
+    if importlib.util.find_spec("uvicorn") is None:
+        print("uvicorn is not installed, so the alternative server is left out")
+        return None
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    full.update(
+        env,
+        LLMGW_ADMIN_ADDR=f"127.0.0.1:{free_port()}",
+        LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}",
+        DJANGO_SETTINGS_MODULE="llmgw.settings",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "llmgw.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(gateway),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--lifespan",
+            "off",
+        ],
+        cwd=ROOT,
+        env=full,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_http(f"http://127.0.0.1:{gateway}/healthz", 60, proc, log)
+    return proc
+
+
 def litellm_bin(venv: Path) -> Path | None:
     """LiteLLM's proxy command, installed when missing; None (with the reason printed) when it cannot be."""
     exe = venv / "bin" / "litellm"
@@ -323,7 +365,7 @@ def report(results: dict[str, dict[bool, Result]]) -> None:
             r, d = by_kind[stream], direct[stream]
             lit = litellm[stream] if litellm else None
             print(
-                f"{name:10} {r.rps:6.0f}  {ratio(r.rps, d.rps)}   {ratio(r.rps, lit.rps if lit else None)} |"
+                f"{name:13} {r.rps:6.0f}  {ratio(r.rps, d.rps)}   {ratio(r.rps, lit.rps if lit else None)} |"
                 f" {ms(r.p50)} {ms(r.p99)} | {ms(r.p50 - d.p50)} {ms(r.p99 - d.p99)} |"
                 f"     {ms(r.ttfb50)}   {ratio(r.ttfb50, d.ttfb50)}   {ratio(r.ttfb50, lit.ttfb50 if lit else None)}"
                 f" | {r.errors}"
@@ -354,6 +396,14 @@ def main() -> int:
             Target("direct", engine_port, "/v1/chat/completions"),
             Target("llmgw", gateway_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"}),
         ]
+        uvicorn_port = free_port()
+        alternative = start_llmgw_uvicorn(env, uvicorn_port, work / "uvicorn.log")
+        if alternative is not None:
+            procs.append(alternative)
+            targets.append(
+                Target("llmgw-uvicorn", uvicorn_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"})
+            )
+
         exe = None if args.no_litellm else litellm_bin(args.litellm_venv)
         if exe is not None:
             litellm_port = free_port()
