@@ -183,6 +183,5 @@ LOGGING = {
         "celery": {"level": "WARNING"},
         # The filesystem broker has no host, and kombu warns about it at every start.
         "kombu.connection": {"level": "ERROR"},
-
     },
 }
