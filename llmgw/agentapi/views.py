@@ -25,6 +25,7 @@ from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from llmgw.agentapi.desk import desk
 from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
+from llmgw.api.models import WeightCollection
 from llmgw.core.tokens import hash_token, new_token
 from placement import assignments
 
@@ -218,8 +219,8 @@ def heartbeat(request):
             live.Update(kind="node.reachable", subject=name, data={"node": pk}),
         )
     answer["shards"] = assignments.for_node(ref.pk)
-    desk.refresh_shards()  # this path reads fresh, so the deletions asked of this node are current too
-    collect = desk.collections.get(ref.name)
+    # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
+    collect = list(WeightCollection.objects.filter(node=ref.name, done_at__isnull=True).values_list("path", flat=True))
     if collect:
         answer["collect"] = collect
     else:
