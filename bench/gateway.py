@@ -8,7 +8,10 @@ In one go, on this machine:
 3. through llmgw: ``llmgw serve --no-worker`` on PostgreSQL (a fresh
    ``llmgw_bench_gateway`` database), with a key, a price, a team budget and
    a ready replica row pointing at the fake engine, so every request pays
-   for authentication, budget reservation, routing and usage records;
+   for authentication, budget reservation, routing and usage records; its
+   gateway listener is one uvicorn process (LLMGW_GATEWAY_WORKERS=1);
+3b. the same gateway application under daphne (the admin listener's
+   server), the alternative measured (``--no-alternatives`` leaves it out);
 4. through LiteLLM's proxy, installed in its own virtual environment under
    ``--litellm-venv`` (made when missing; if that fails the reason is printed
    and the rest goes on), pointed at the same engine.
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -251,14 +253,8 @@ def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path) -> sub
     return proc
 
 
-def start_llmgw_uvicorn(env: dict[str, str], gateway: int, log: Path) -> subprocess.Popen | None:
-    """The same ASGI application under uvicorn, on the gateway port: the alternative server, measured.
-
-    Left out (with why) when uvicorn is not installed; it comes with llama-cpp-python's server extra.
-    """
-    if importlib.util.find_spec("uvicorn") is None:
-        print("uvicorn is not installed, so the alternative server is left out")
-        return None
+def start_llmgw_daphne(env: dict[str, str], gateway: int, log: Path) -> subprocess.Popen:
+    """The same gateway application under daphne, the admin listener's server: the alternative, measured."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
     full.update(
         env,
@@ -267,21 +263,7 @@ def start_llmgw_uvicorn(env: dict[str, str], gateway: int, log: Path) -> subproc
         DJANGO_SETTINGS_MODULE="llmgw.settings",
     )
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "llmgw.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(gateway),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--lifespan",
-            "off",
-        ],
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(gateway), "llmgw.asgi_gateway:application"],
         cwd=ROOT,
         env=full,
         stdout=log.open("w"),
@@ -381,6 +363,7 @@ def main() -> int:
         "--litellm-venv", type=Path, default=Path(tempfile.gettempdir()) / "llmgw-bench" / "litellm-venv"
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--no-alternatives", action="store_true", help="leave out llmgw's app under daphne")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-bench-gateway-"))
@@ -396,12 +379,11 @@ def main() -> int:
             Target("direct", engine_port, "/v1/chat/completions"),
             Target("llmgw", gateway_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"}),
         ]
-        uvicorn_port = free_port()
-        alternative = start_llmgw_uvicorn(env, uvicorn_port, work / "uvicorn.log")
-        if alternative is not None:
-            procs.append(alternative)
+        if not args.no_alternatives:
+            daphne_port = free_port()
+            procs.append(start_llmgw_daphne(env, daphne_port, work / "daphne.log"))
             targets.append(
-                Target("llmgw-uvicorn", uvicorn_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"})
+                Target("llmgw-daphne", daphne_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"})
             )
 
         exe = None if args.no_litellm else litellm_bin(args.litellm_venv)

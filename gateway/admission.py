@@ -49,8 +49,29 @@ def admit(
     caller, why = authenticate(secret)
     if caller is None:
         return Admission(None, errors.unauthorized(why))
+    return admit_caller(caller, requested, canonical, aliases, estimate, db_limits, now)
+
+
+def screen(caller: Caller, requested: str, canonical: str, aliases: tuple[str, ...]) -> Admission | None:
+    """The refusal of a known key for a model it may not use; None when it may."""
     if not allowed(caller, requested, canonical, aliases):
         return Admission(caller, errors.not_allowed(requested))
+    return None
+
+
+def admit_caller(
+    caller: Caller,
+    requested: str,
+    canonical: str,
+    aliases: tuple[str, ...],
+    estimate: int | None,
+    db_limits: bool,
+    now: datetime,
+) -> Admission:
+    """``admit`` for a caller already authenticated."""
+    refused = screen(caller, requested, canonical, aliases)
+    if refused is not None:
+        return refused
     if db_limits:
         checks = ratelimit.limits(caller)
         if checks:
@@ -63,6 +84,11 @@ def admit(
     if refusal is not None:
         return Admission(caller, errors.over_budget(refusal.sentence))
     return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+
+def over_budget(caller: Caller, budget_ids: list[int], estimate: int, now: datetime) -> Admission:
+    """The refusal, in words, of a request that one of ``budget_ids`` could not take."""
+    return Admission(caller, errors.over_budget(budgets.explain_refusal(budget_ids, estimate, now).sentence))
 
 
 def authenticate_only(secret: str) -> Admission:

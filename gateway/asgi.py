@@ -102,6 +102,12 @@ class GatewayApp:
                     ).body(),
                 )
 
+    async def close(self) -> None:
+        """Write the usage still queued and close connections: the server is stopping."""
+        if self.gateway is not None:
+            await self.gateway.close()
+            self.gateway = None
+
     async def _dispatch(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"]
         endpoint = path.removeprefix("/v1/")

@@ -79,7 +79,7 @@ def describe(budget: Budget) -> str:
     return f"the {every} budget of {scope} {budget.owner_name!r}"
 
 
-def _refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refusal:
+def explain_refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refusal:
     """Which of the budgets cannot take the estimate, in words (the first, top of the tree first)."""
     order = {Scope.ORG: 0, Scope.TEAM: 1, Scope.KEY: 2}
     budgets = sorted(
@@ -101,6 +101,27 @@ def _refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refusal:
     return Refusal(budget_ids[0], "a budget over this key cannot cover this request now; try again")
 
 
+def reserve_sql(target: str = "%s") -> str:
+    """Reserve on one budget if it can take the estimate: a conditional UPDATE.
+
+    ``target`` is the SQL giving the budget's id: a parameter, or a subquery
+    (gateway.pgpath's one-statement admission). Parameters from ``reserve_params``.
+    """
+    return (
+        f"UPDATE {_table()} SET "
+        f"spent_micros = {SPENT}, "
+        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
+        f"reserved_micros = reserved_micros + %s "
+        f"WHERE id = {target} AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %s <= amount_micros"
+    )
+
+
+def reserve_params(target: list, estimate: int, now: datetime) -> list:
+    """Parameters for ``reserve_sql``; ``target`` those of its target (``[budget_id]`` for the plain one)."""
+    c = _starts(now)
+    return [*c, *c, *c, estimate, *target, *c, *c, estimate]
+
+
 def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | None:
     """Reserve ``estimate`` micros on every budget, all or none; None when reserved.
 
@@ -111,29 +132,22 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
     """
     if not budget_ids:
         return None
-    c = _starts(now)
-    sql = (
-        f"UPDATE {_table()} SET "
-        f"spent_micros = {SPENT}, "
-        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
-        f"reserved_micros = reserved_micros + %s "
-        f"WHERE id = %s AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %s <= amount_micros"
-    )
+    sql = reserve_sql()
     failed = None
     if len(budget_ids) == 1:
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*c, *c, *c, estimate, budget_ids[0], *c, *c, estimate])
-            return None if cursor.rowcount == 1 else _refusal(budget_ids, estimate, now)
+            cursor.execute(sql, reserve_params([budget_ids[0]], estimate, now))
+            return None if cursor.rowcount == 1 else explain_refusal(budget_ids, estimate, now)
     with transaction.atomic(), connection.cursor() as cursor:
         for budget_id in sorted(budget_ids):
-            cursor.execute(sql, [*c, *c, *c, estimate, budget_id, *c, *c, estimate])
+            cursor.execute(sql, reserve_params([budget_id], estimate, now))
             if cursor.rowcount != 1:
                 failed = budget_id
                 transaction.set_rollback(True)
                 break
     if failed is None:
         return None
-    return _refusal([failed], estimate, now)
+    return explain_refusal([failed], estimate, now)
 
 
 def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:

@@ -34,6 +34,7 @@ from django.utils import timezone
 from gateway import admission, budgets, conf, errors, router, tokens, upstream
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.keys import Caller
+from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.usage import CLIENT_CLOSED, Finished, Writer
 
@@ -104,7 +105,8 @@ class Ticket:
 
 
 class Gateway:
-    def __init__(self, settings=None, redis=None) -> None:
+    def __init__(self, settings=None, redis=None, *, queries_on_loop: bool = True) -> None:
+        """``queries_on_loop`` False keeps every query on the ORM's threads, even on PostgreSQL (for comparison)."""
         self.conf = settings or conf.get()
         self.executor = ThreadPoolExecutor(self.conf.db_threads, thread_name_prefix="gateway-db")
         # Usage is written on a thread of its own: its commits keep full
@@ -113,6 +115,7 @@ class Gateway:
         self.client = upstream.Client(
             connect_timeout_s=self.conf.upstream_connect_timeout_s, read_timeout_s=self.conf.upstream_read_timeout_s
         )
+        self.pg = PgPath.for_database(self.conf.db_threads, self.run_db) if queries_on_loop else None
         self.directory = Directory(self.run_db, self.conf.refresh_s)
         self.limiter = Limiter(self.run_db, redis)
         self.writer = Writer(self.run_record, self.conf.flush_every_s, self.conf.touch_every_s)
@@ -128,13 +131,26 @@ class Gateway:
         """Run ``fn`` on the usage writer's thread."""
         return await asyncio.get_running_loop().run_in_executor(self.record_executor, _run, fn, args)
 
+    async def authenticate(self, secret: str) -> admission.Admission:
+        if self.pg is not None:
+            return await self.pg.authenticate(secret)
+        return await self.run_db(admission.authenticate_only, secret)
+
+    async def admit(self, *args) -> admission.Admission:
+        """``admission.admit``'s answer, from the loop where the database allows."""
+        if self.pg is not None:
+            return await self.pg.admit(*args)
+        return await self.run_db(admission.admit, *args)
+
     async def close(self) -> None:
-        """Write what is queued, then close the upstream client and every thread's connection."""
+        """Write what is queued, then close the upstream client and every connection."""
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
         await self.writer.flush()
         await self.writer.flush_touches()
         await self.client.aclose()
+        if self.pg is not None:
+            await self.pg.close()
         threads = self.conf.db_threads
         barrier = threading.Barrier(threads)
 
@@ -153,7 +169,7 @@ class Gateway:
 
     async def models(self, secret: str) -> dict:
         self.writer.start()
-        result = await self.run_db(admission.authenticate_only, secret)
+        result = await self.authenticate(secret)
         if result.refused:
             raise result.refused
         snapshot = await self.directory.current()
@@ -179,7 +195,7 @@ class Gateway:
         entry = snapshot.by_name.get(name)
         if entry is None:
             # Known-good keys only learn which models exist.
-            known = await self.run_db(admission.authenticate_only, secret)
+            known = await self.authenticate(secret)
             if known.refused:
                 raise known.refused
             snapshot = await self.directory.refresh(newer_than=started)
@@ -189,8 +205,7 @@ class Gateway:
         stream = bool(body.get("stream")) and endpoint != "embeddings"
         prompt = tokens.prompt_text(body)
         estimate = self._estimate(entry, body, prompt, endpoint)
-        admitted = await self.run_db(
-            admission.admit,
+        admitted = await self.admit(
             secret,
             name,
             entry.name,

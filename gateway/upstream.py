@@ -50,41 +50,60 @@ class Response:
         self._reusable = headers.get("connection", "").lower() != "close"
 
     async def stream(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (chunked encoding undone)."""
-        reader = self.conn.reader
-        timeout = self.client.read_timeout_s
+        """The body as it arrives (chunked encoding undone).
+
+        What has arrived is given at once, whole: several chunks that came in
+        one read are one piece, so a fast engine costs one pass through the
+        relay per read rather than per token. Silence longer than the read
+        timeout between two reads ends it with UpstreamError; the clock does
+        not run while the consumer holds a piece (a slow client is not the
+        engine's silence).
+        """
         if "content-length" in self.headers:
-            left = int(self.headers["content-length"])
-            while left > 0:
-                data = await asyncio.wait_for(reader.read(min(left, READ_SIZE)), timeout)
-                if not data:
-                    raise UpstreamError("the engine closed the connection mid-answer")
-                left -= len(data)
-                yield data
+            body = self._by_length(int(self.headers["content-length"]))
         elif "chunked" in self.headers.get("transfer-encoding", "").lower():
-            while True:
-                line = await asyncio.wait_for(reader.readline(), timeout)
-                if not line:
-                    raise UpstreamError("the engine closed the connection mid-answer")
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise UpstreamError(f"the engine sent a bad chunk size {line[:40]!r}") from None
-                if size == 0:
-                    # Trailers, if any, end with an empty line.
-                    while (await asyncio.wait_for(reader.readline(), timeout)).strip():
-                        pass
-                    break
-                data = await asyncio.wait_for(reader.readexactly(size + 2), timeout)
-                yield data[:-2]
+            body = self._chunked()
         else:
             self._reusable = False
-            while True:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), timeout)
-                if not data:
-                    break
-                yield data
+            body = self._to_close()
+        async for piece in body:
+            yield piece
         self._done = True
+
+    async def _read(self, size: int = READ_SIZE) -> bytes:
+        try:
+            async with asyncio.timeout(self.client.read_timeout_s):
+                return await self.conn.reader.read(size)
+        except TimeoutError:
+            raise UpstreamError(f"the engine sent nothing for {self.client.read_timeout_s:g}s") from None
+
+    async def _by_length(self, left: int) -> AsyncIterator[bytes]:
+        while left > 0:
+            data = await self._read(min(left, READ_SIZE))
+            if not data:
+                raise UpstreamError("the engine closed the connection mid-answer")
+            left -= len(data)
+            yield data
+
+    async def _to_close(self) -> AsyncIterator[bytes]:
+        while data := await self._read():
+            yield data
+
+    async def _chunked(self) -> AsyncIterator[bytes]:
+        buffer = bytearray()
+        while True:
+            data = await self._read()
+            if not data:
+                raise UpstreamError("the engine closed the connection mid-answer")
+            buffer += data
+            out, finished = _unchunk(buffer)
+            if out:
+                yield out
+            if finished:
+                if buffer:
+                    # Bytes after the answer's end: the connection is out of step.
+                    self._reusable = False
+                return
 
     async def read(self) -> bytes:
         parts = [chunk async for chunk in self.stream()]
@@ -104,6 +123,48 @@ class Response:
         else:
             self.conn.close()
         self.conn = None
+
+
+def _unchunk(buffer: bytearray) -> tuple[bytes, bool]:
+    """Take every complete chunk off the front of ``buffer``: their data, and whether the last one was seen.
+
+    What is left in ``buffer`` is an incomplete chunk (or, when finished,
+    whatever followed the answer).
+    """
+    out = bytearray()
+    at = 0
+    while True:
+        line_end = buffer.find(b"\r\n", at)
+        if line_end == -1:
+            if len(buffer) - at > MAX_HEAD:
+                raise UpstreamError("the engine sent a chunk-size line without an end")
+            break
+        try:
+            size = int(bytes(buffer[at:line_end]).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise UpstreamError(f"the engine sent a bad chunk size {bytes(buffer[at:line_end])[:40]!r}") from None
+        if size < 0:
+            raise UpstreamError("the engine sent a negative chunk size")
+        if size == 0:
+            # The last chunk: trailers, if any, then an empty line.
+            if buffer.startswith(b"\r\n", line_end + 2):
+                end = line_end + 4
+            else:
+                end = buffer.find(b"\r\n\r\n", line_end)
+                if end == -1:
+                    break
+                end += 4
+            del buffer[:end]
+            return bytes(out), True
+        data_end = line_end + 2 + size
+        if len(buffer) < data_end + 2:
+            break
+        if buffer[data_end : data_end + 2] != b"\r\n":
+            raise UpstreamError("the engine's chunk did not end where its size said")
+        out += buffer[line_end + 2 : data_end]
+        at = data_end + 2
+    del buffer[:at]
+    return bytes(out), False
 
 
 class Client:

@@ -76,6 +76,8 @@ class Config:
     debug: bool
     catalog_file: Path | None
     allowed_hosts: tuple[str, ...]
+    gateway_workers: int = 1
+    """Processes serving the gateway listener; each uses about one core at full load."""
 
     @property
     def embedded(self) -> bool:
@@ -207,6 +209,15 @@ def _bool(env: dict[str, str], name: str) -> bool:
     raise ConfigError(name, f"{value!r} is not a yes/no value (use 1 or 0)")
 
 
+def _count(env: dict[str, str], name: str, default: int, most: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ConfigError(name, f"{raw!r} is not a whole number from 1 to {most}")
+    return int(raw)
+
+
 def load(env: dict[str, str] | None = None) -> Config:
     """Read and check the configuration; raise ConfigError on the first bad value."""
     env = dict(os.environ if env is None else env)
@@ -234,4 +245,5 @@ def load(env: dict[str, str] | None = None) -> Config:
         debug=_bool(env, "LLMGW_DEBUG"),
         catalog_file=Path(catalog).expanduser() if catalog else None,
         allowed_hosts=hosts or ("*",),
+        gateway_workers=_count(env, "LLMGW_GATEWAY_WORKERS", 1, 256),
     )

@@ -26,10 +26,12 @@ class ListenerRouter:
 
     ``gateway_app``, when given, serves ``/v1/…`` on the gateway listener
     directly, outside Django's request handling (see gateway.asgi); the
-    admin listener never reaches it.
+    admin listener never reaches it. ``gateway_port`` None: every connection
+    is the gateway listener's (a process serving only that one, as
+    ``llmgw serve``'s gateway processes do).
     """
 
-    def __init__(self, app, gateway_port: int, gateway_app=None) -> None:
+    def __init__(self, app, gateway_port: int | None, gateway_app=None) -> None:
         self.app = app
         self.gateway_port = gateway_port
         self.gateway_app = gateway_app
@@ -38,7 +40,7 @@ class ListenerRouter:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         server = scope.get("server") or (None, None)
-        listener = GATEWAY if server[1] == self.gateway_port else ADMIN
+        listener = GATEWAY if self.gateway_port is None or server[1] == self.gateway_port else ADMIN
         scope = {**scope, SCOPE_KEY: listener}
         if listener == GATEWAY:
             if scope["type"] == "websocket":

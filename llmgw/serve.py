@@ -10,15 +10,16 @@ Steps:
    configuration as threads of this process (the in-memory channel layer only
    reaches this process, and the worker publishes live updates); with Redis as
    a child process, which dies with this one.
-5. Serve both listeners with daphne until SIGINT/SIGTERM, then stop the
-   worker and exit.
+5. Start the gateway listener's processes (LLMGW_GATEWAY_WORKERS of them,
+   uvicorn; see llmgw.gateway_server for why) on a socket bound here.
+6. Serve the admin listener with daphne until SIGINT/SIGTERM, then stop the
+   gateway processes and the worker, and exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -29,6 +30,8 @@ import threading
 import time
 
 from llmgw import config
+from llmgw.children import die_with_parent
+from llmgw.gateway_server import GatewayProcesses, listen
 
 log = logging.getLogger("llmgw.serve")
 WORKER_STOP_TIMEOUT_S = 15
@@ -94,12 +97,6 @@ class ThreadWorker:
         self.thread.join(WORKER_STOP_TIMEOUT_S)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to send SIGTERM to this child if llmgw serve dies first."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class ProcessWorker:
     """``celery -A llmgw worker -B`` as a child process, in a process group of its own.
 
@@ -126,7 +123,7 @@ class ProcessWorker:
             "--without-gossip",
             "--without-mingle",
         ]
-        self.proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, start_new_session=True)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -175,14 +172,13 @@ def announce(cfg: config.Config, written: list) -> None:
 
 
 def run_server(cfg: config.Config) -> None:
+    """Daphne on the admin listener, in this process, until a signal stops it."""
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
 
     from llmgw.asgi import application
 
-    endpoints = []
-    for addr in (cfg.admin_addr, cfg.gateway_addr):
-        endpoints += build_endpoint_description_strings(host=addr.host, port=addr.port)
+    endpoints = build_endpoint_description_strings(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
     Server(
         application=application,
         endpoints=endpoints,
@@ -231,9 +227,12 @@ def main(argv: list[str]) -> int:
 
         worker = ThreadWorker(celery_app) if cfg.embedded else ProcessWorker()
         worker.start()
+    gateway = GatewayProcesses(listen(cfg.gateway_addr.host, cfg.gateway_addr.port), cfg.gateway_workers)
+    gateway.start()
     try:
         run_server(cfg)
     finally:
+        gateway.stop()
         if worker is not None:
             worker.stop()
     print("llmgw: stopped", flush=True)

@@ -23,6 +23,7 @@ def test_defaults_work_on_one_machine(tmp_path):
     assert str(cfg.admin_addr) == "127.0.0.1:8000"
     assert str(cfg.gateway_addr) == "127.0.0.1:8080"
     assert cfg.debug is False
+    assert cfg.gateway_workers == 1
 
 
 def test_secret_key_is_generated_once_and_kept_private(tmp_path):
@@ -49,6 +50,8 @@ def test_secret_key_from_a_file(tmp_path):
         ({"LLMGW_ADMIN_ADDR": "127.0.0.1:99999"}, "LLMGW_ADMIN_ADDR", "between 1 and 65535"),
         ({"LLMGW_GATEWAY_ADDR": "127.0.0.1:8000"}, "LLMGW_GATEWAY_ADDR", "same as LLMGW_ADMIN_ADDR"),
         ({"LLMGW_DEBUG": "maybe"}, "LLMGW_DEBUG", "yes/no"),
+        ({"LLMGW_GATEWAY_WORKERS": "0"}, "LLMGW_GATEWAY_WORKERS", "from 1 to 256"),
+        ({"LLMGW_GATEWAY_WORKERS": "two"}, "LLMGW_GATEWAY_WORKERS", "whole number"),
         ({"LLMGW_SECRET_KEY_FILE": "/nonexistent/key"}, "LLMGW_SECRET_KEY_FILE", "cannot read"),
     ],
 )

@@ -8,18 +8,22 @@ as every host of a real control plane must share it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import time
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from gateway import keys
 from gateway.models import ApiKey, Budget, UsageRecord
 from llmgw.core.models import ApiToken
-from tests.core.test_serve import Server
+from tests.core.test_serve import Server, descendants
 from tests.gateway.harness import key, model, replica
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -175,3 +179,44 @@ def test_a_revoked_key_stops_working_on_every_server_at_once(engines, tmp_path, 
         first.stop()
         if second is not None:
             second.stop()
+
+
+def gateway_processes(server: Server) -> set[int]:
+    found = set()
+    for pid in descendants(server.proc.pid):
+        with contextlib.suppress(OSError):
+            if b"llmgw.gateway_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+    return found
+
+
+def test_gateway_workers_share_the_listener_come_back_when_killed_and_write_usage_on_stop(engines, tmp_path):
+    engine = engines()
+    replica(model("llama"), engine.url)
+    secret = key()
+    server = Server(tmp_path, **server_env(), LLMGW_GATEWAY_WORKERS="2", LLMGW_GATEWAY_FLUSH_EVERY_S="30")
+    body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}
+    auth = {"Authorization": f"Bearer {secret}"}
+    url = f"http://{server.gateway}/v1/chat/completions"
+    try:
+        server.wait_ready()
+        workers = wait_for(lambda: len(gateway_processes(server)) == 2 and gateway_processes(server))
+        # The kernel hands each connection to one of them; both serve.
+        assert all(httpx.post(url, json=body, headers=auth).status_code == 200 for _ in range(6))
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)
+        # (What the killed one still held is lost: at most one flush period, 50 ms by default.)
+        killed_at = timezone.now()
+        replaced = wait_for(lambda: len(gateway_processes(server) - {victim}) == 2 and gateway_processes(server))
+        assert victim not in replaced
+        assert httpx.post(url, json=body, headers=auth).status_code == 200
+        assert "exited with -9; starting it again" in server.log.read_text()
+        # Usage is written every 30 s here: what is queued is written when the server stops.
+        answered = [httpx.post(url, json=body, headers=auth).status_code for _ in range(4)]
+        assert answered == [200] * 4
+    finally:
+        pid = server.proc.pid
+        assert server.stop() == 0, server.log.read_text()
+    assert not descendants(pid), "no gateway process outlives llmgw serve"
+    assert UsageRecord.objects.filter(at__gte=killed_at).count() == 5
+    assert "Traceback" not in server.log.read_text(), server.log.read_text()

@@ -1,0 +1,237 @@
+"""The two statements every request runs, on PostgreSQL, from the event loop itself.
+
+Every request looks its key up and reserves on its budgets. Done with the
+ORM, that work has to leave the event loop for a thread and come back, and
+on the bench machine that round trip through the thread pool cost more than
+the queries: each hand-over waits for the interpreter lock, and with the
+loop busy that wait reached a millisecond. Here the same SQL text
+(``keys.lookup_sql``, ``budgets.reserve_sql``) goes out on psycopg's async
+connections, awaited on the loop like the engine's socket.
+
+Only the common path lives here. What is rare or heavy stays on the
+gateway's threads with the ORM, so its logic exists once: rate limits
+counted in the database (no Redis), the sentence explaining a budget
+refusal, usage records and settlements.
+
+Connections come from a small pool of our own (at most LLMGW_GATEWAY_DB_THREADS,
+taken, used, given back; closed on any error): psycopg_pool would add a
+dependency and background workers for what is a list and a semaphore. The connections skip waiting for the WAL's
+fsync on commit, for the reason ``gateway.proxy._relax`` gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime
+
+import psycopg
+from django.db import connections
+
+from gateway import admission, budgets, errors, keys
+from gateway.admission import Admission
+
+# psycopg's own default: a statement is prepared on the server from its fifth use.
+PREPARE_AFTER = 5
+
+
+class _Rollback(Exception):
+    """Leaves a transaction block with its work undone."""
+
+
+def connection_params(alias: str = "default") -> dict | None:
+    """psycopg connection keywords for a Django database; None when it is not PostgreSQL."""
+    conn = connections[alias]
+    if conn.vendor != "postgresql":
+        return None
+    params = conn.get_connection_params()
+    # Django's own cursor class and adapters are for its synchronous
+    # connections; these connections use psycopg's, binding on the server so
+    # that statements can be prepared.
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params["prepare_threshold"] = conn.settings_dict["OPTIONS"].get("prepare_threshold", PREPARE_AFTER)
+    params["autocommit"] = True
+    return params
+
+
+# The key may be used for this model (the names it is asked by), has one
+# budget over it, and no rate limit counted in the database stands in the way.
+# Parameters: the request's names (text[]), whether limits are counted in
+# the database. Agrees with admission.screen and ratelimit.limits; where
+# the key is refused, or has several budgets, nothing is reserved and the
+# Python side decides as admission.admit does.
+_SIMPLE = (
+    "k.revoked_at IS NULL AND num_nonnulls(k.key_budget, k.team_budget, k.org_budget) = 1 "
+    "AND (k.allowed_models IS NULL OR k.allowed_models ?| %s::text[]) "
+    "AND NOT (%s AND num_nonnulls(k.rpm, k.tpm, k.team_rpm, k.team_tpm) > 0)"
+)
+
+
+def admit_sql() -> str:
+    """The key looked up and, for a simple one, its budget reserved: one round trip for most requests.
+
+    Gives the lookup's columns, then whether a reservation was tried, then the
+    id of the budget reserved (NULL: none, because it was not tried or the
+    budget could not take the estimate).
+    """
+    columns = "id, digest, revoked_at, team_id, org_id, allowed_models, rpm, tpm, team_rpm, team_tpm, " + (
+        "key_budget, team_budget, org_budget"
+    )
+    budget = "(SELECT COALESCE(k.key_budget, k.team_budget, k.org_budget) FROM k WHERE " + _SIMPLE + ")"
+    return (
+        f"WITH k({columns}) AS ({keys.lookup_sql()}), "
+        f"r AS ({budgets.reserve_sql(budget)} RETURNING id) "
+        f"SELECT k.*, {_SIMPLE}, (SELECT id FROM r) FROM k"
+    )
+
+
+class PgPath:
+    """Key lookups and budget reservations for one event loop."""
+
+    def __init__(self, params: dict, size: int, run_db) -> None:
+        """``run_db`` runs a function on the gateway's ORM threads, for the rare paths."""
+        self.params = params
+        self.size = size
+        self.run_db = run_db
+        self.lookup_sql = keys.lookup_sql()
+        self.reserve_sql = budgets.reserve_sql()
+        self.admit_sql = admit_sql()
+        self._idle: list[psycopg.AsyncConnection] = []
+        self._slots = asyncio.Semaphore(size)
+
+    @classmethod
+    def for_database(cls, size: int, run_db, alias: str = "default") -> PgPath | None:
+        params = connection_params(alias)
+        return None if params is None else cls(params, size, run_db)
+
+    async def _connect(self) -> psycopg.AsyncConnection:
+        conn = await psycopg.AsyncConnection.connect(**self.params)
+        await conn.execute("SET synchronous_commit TO OFF")
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def _connection(self):
+        """A connection of the pool's, waited for when all ``size`` are in use.
+
+        Bounded, not one per request: opening a PostgreSQL connection costs the
+        server a process, and a burst that opened one per request spent its
+        time there (480 req/s in process against 1,700 with the bound).
+        """
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            try:
+                yield conn
+            except BaseException:
+                # Broken, or left mid-transaction by a cancelled request: never reused.
+                await conn.close()
+                raise
+            if conn.closed:
+                return
+            self._idle.append(conn)
+
+    async def _once_more_on_failure(self, work):
+        """Run read-only ``work(conn)``; a connection that went stale while idle is replaced once."""
+        try:
+            async with self._connection() as conn:
+                return await work(conn)
+        except psycopg.OperationalError:
+            self._drop_idle()
+            async with self._connection() as conn:
+                return await work(conn)
+
+    def _drop_idle(self) -> None:
+        # The server went away or restarted: every idle connection is as stale.
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+
+    async def authenticate(self, secret: str) -> Admission:
+        """The caller behind a key, or the 401 (``admission.authenticate_only`` on the loop)."""
+        if not secret:
+            return Admission(None, errors.unauthorized(keys.NO_KEY))
+        wanted = keys.digest(secret)
+        caller, why = keys.caller_from_row(await self._read(self.lookup_sql, [wanted]), wanted)
+        return Admission(caller, None if caller else errors.unauthorized(why))
+
+    async def admit(
+        self,
+        secret: str,
+        requested: str,
+        canonical: str,
+        aliases: tuple[str, ...],
+        estimate: int | None,
+        db_limits: bool,
+        now: datetime,
+    ) -> Admission:
+        """What ``admission.admit`` decides, in one statement for the common request."""
+        if not secret:
+            return Admission(None, errors.unauthorized(keys.NO_KEY))
+        wanted = keys.digest(secret)
+        names = [requested, canonical, *aliases]
+        if estimate is None:
+            row, tried, reserved = await self._read(self.lookup_sql, [wanted]), False, None
+        else:
+            params = [wanted, *budgets.reserve_params([names, db_limits], estimate, now), names, db_limits]
+            found = await self._read(self.admit_sql, params)
+            row, tried, reserved = (found[:13], found[13], found[14]) if found else (None, False, None)
+        caller, why = keys.caller_from_row(row, wanted)
+        if caller is None:
+            return Admission(None, errors.unauthorized(why))
+        if reserved is not None:
+            return Admission(caller, reserved=((reserved, estimate),))
+        refused = admission.screen(caller, requested, canonical, aliases)
+        if refused is not None:
+            return refused
+        if db_limits and admission.ratelimit.limits(caller):
+            # Rate limits counted in the database: the ORM's path, whole.
+            return await self.run_db(admission.admit_caller, caller, requested, canonical, aliases, estimate, True, now)
+        if estimate is None or not caller.budget_ids:
+            return Admission(caller)
+        if tried:
+            # The statement tried this key's one budget, and it could not take the estimate.
+            return await self.run_db(admission.over_budget, caller, list(caller.budget_ids), estimate, now)
+        failed = await self._reserve(sorted(caller.budget_ids), estimate, now)
+        if failed is not None:
+            return await self.run_db(admission.over_budget, caller, [failed], estimate, now)
+        return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+    async def _read(self, sql: str, params: list):
+        async def work(conn):
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()
+
+        if sql is self.admit_sql:
+            # It may reserve: not tried twice (see _reserve).
+            async with self._connection() as conn:
+                return await work(conn)
+        return await self._once_more_on_failure(work)
+
+    async def _reserve(self, budget_ids: list[int], estimate: int, now: datetime) -> int | None:
+        """``budgets.reserve`` on the loop, for keys with several budgets: all or none, in id order.
+
+        The budget that refused, or None when all are reserved.
+        """
+
+        async def work(conn):
+            failed = None
+            with contextlib.suppress(_Rollback):
+                async with conn.transaction():
+                    for budget_id in budget_ids:
+                        params = budgets.reserve_params([budget_id], estimate, now)
+                        cursor = await conn.execute(self.reserve_sql, params)
+                        if cursor.rowcount != 1:
+                            failed = budget_id
+                            raise _Rollback
+            return failed
+
+        # Not tried again on a failure: the update may have landed before the
+        # connection broke, and a second one would hold the budget twice.
+        async with self._connection() as conn:
+            return await work(conn)
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()

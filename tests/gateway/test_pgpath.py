@@ -1,0 +1,180 @@
+"""The request path's queries made from the event loop (PostgreSQL) decide as the ORM's path does."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from gateway import admission, keys
+from gateway.models import ApiKey, Budget, RateWindow, Team
+from gateway.pgpath import PgPath, connection_params
+from gateway.proxy import Gateway
+from tests.gateway.harness import FAST
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def postgresql():
+    if connection.vendor != "postgresql":
+        pytest.skip("the loop path is PostgreSQL's; other databases use the ORM's threads")
+
+
+def on_loop(scenario):
+    """Run ``scenario(pg)`` in a fresh loop, with an ORM thread for the rare paths; its connections closed after."""
+    orm = ThreadPoolExecutor(1)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def run_db(fn, *args):
+            return await loop.run_in_executor(orm, fn, *args)
+
+        pg = PgPath.for_database(4, run_db)
+        try:
+            return await scenario(pg)
+        finally:
+            await pg.close()
+
+    try:
+        return asyncio.run(main())
+    finally:
+        orm.submit(connections.close_all).result()
+        orm.shutdown()
+
+
+def outcome(result: admission.Admission):
+    refused = result.refused
+    return (
+        result.caller.key_id if result.caller else None,
+        (refused.status, refused.code, refused.message) if refused else None,
+        result.reserved,
+    )
+
+
+def reset() -> None:
+    Budget.objects.update(reserved_micros=0, spent_micros=0)
+    RateWindow.objects.all().delete()
+
+
+def test_without_postgresql_there_is_no_loop_path(monkeypatch):
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    assert connection_params() is None
+
+
+def test_gateways_on_postgresql_take_the_loop_path(postgresql):
+    assert Gateway(FAST).pg is not None
+    assert Gateway(FAST, queries_on_loop=False).pg is None
+
+
+def test_every_decision_matches_the_orms(postgresql):
+    plain = keys.issue(team="search", org="acme")
+    narrow = keys.issue(team="search", org="acme", models=["small"])
+    revoked = keys.issue(team="search", org="acme")
+    keys.revoke(revoked.key)
+    limited = keys.issue(team="ads", org="acme")
+    ApiKey.objects.filter(pk=limited.key.pk).update(rpm=1)
+    tight = keys.issue(team="tight", org="other")
+    Budget.objects.create(scope="org", org=tight.key.team.org, amount_micros=10_000)
+    Budget.objects.create(scope="team", team=tight.key.team, amount_micros=1_000)
+    Budget.objects.create(scope="key", key=tight.key, amount_micros=10_000)
+    Budget.objects.create(scope="team", team=Team.objects.get(name="search"), amount_micros=5_000)
+    now = timezone.now()
+    cases = [
+        ("", "big", 10, True),
+        ("sk-llmgw-nonsense", "big", 10, True),
+        (revoked.secret, "big", 10, True),
+        (narrow.secret, "big", 10, True),
+        (narrow.secret, "small", 10, True),
+        (plain.secret, "big", None, True),
+        (plain.secret, "big", 4_000, True),
+        (plain.secret, "big", 6_000, True),
+        (tight.secret, "big", 900, True),
+        (tight.secret, "big", 2_000, True),
+        (limited.secret, "big", None, True),
+        (limited.secret, "big", None, False),
+    ]
+    for secret, model, estimate, db_limits in cases:
+        args = (secret, model, model, (), estimate, db_limits, now)
+        reset()
+        by_orm = [outcome(admission.admit(*args)) for _ in range(2)]
+        reset()
+
+        async def twice(pg, args=args):
+            return [outcome(await pg.admit(*args)) for _ in range(2)]
+
+        assert on_loop(twice) == by_orm, (secret[:12], model, estimate, db_limits)
+    # A refused reservation on three budgets leaves nothing held on the others.
+    reset()
+    on_loop(lambda pg: pg.admit(tight.secret, "big", "big", (), 2_000, True, now))
+    assert sorted(Budget.objects.values_list("reserved_micros", flat=True)) == [0, 0, 0, 0]
+
+
+def test_fifty_concurrent_admissions_never_take_more_than_the_budget(postgresql):
+    issued = keys.issue(team="search", org="acme")
+    budget = Budget.objects.create(scope="team", team=issued.key.team, amount_micros=1000)
+    now = timezone.now()
+
+    async def fifty(pg):
+        return await asyncio.gather(*(pg.admit(issued.secret, "m", "m", (), 30, True, now) for _ in range(50)))
+
+    results = on_loop(fifty)
+    granted = [r for r in results if r.refused is None]
+    refused = [r for r in results if r.refused is not None]
+    budget.refresh_from_db()
+    assert len(granted) == 33 and budget.reserved_micros == 990  # a 34th would be 1020
+    assert all(r.refused.status == 429 and "team 'search'" in r.refused.message for r in refused)
+
+
+def test_a_connection_the_server_closed_is_replaced_without_failing_the_request(postgresql):
+    issued = keys.issue(team="search", org="acme")
+
+    async def scenario(pg):
+        first = await pg.authenticate(issued.secret)
+        (idle,) = pg._idle
+        async with await psycopg.AsyncConnection.connect(**connection_params()) as killer:
+            await killer.execute("SELECT pg_terminate_backend(%s)", [idle.info.backend_pid])
+        await asyncio.sleep(0.1)
+        second = await pg.authenticate(issued.secret)
+        return first, second, idle
+
+    first, second, idle = on_loop(scenario)
+    assert first.caller is not None and second.caller == first.caller
+    assert idle.closed
+
+
+def test_a_request_cancelled_mid_query_does_not_give_its_connection_back(postgresql):
+    async def scenario(pg):
+        with pytest.raises(asyncio.CancelledError):
+            async with pg._connection() as conn:
+                raise asyncio.CancelledError
+        return conn, list(pg._idle)
+
+    conn, idle = on_loop(scenario)
+    assert conn.closed and idle == []
+
+
+def test_the_loop_paths_connections_do_not_wait_for_the_disk(postgresql):
+    async def scenario(pg):
+        async with pg._connection() as conn:
+            cursor = await conn.execute("SHOW synchronous_commit")
+            return (await cursor.fetchone())[0]
+
+    assert on_loop(scenario) == "off"
+
+
+def test_prepared_statements_follow_the_databases_options(postgresql):
+    # psycopg's default unless the database's OPTIONS say otherwise (None for
+    # a PgBouncer too old to keep prepared statements in transaction mode).
+    assert connection_params()["prepare_threshold"] == 5
+    options = connections["default"].settings_dict["OPTIONS"]
+    options["prepare_threshold"] = None
+    try:
+        assert connection_params()["prepare_threshold"] is None
+    finally:
+        options.pop("prepare_threshold")
