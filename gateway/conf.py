@@ -32,7 +32,8 @@ class GatewayConf:
     default_completion_tokens: int
     """Completion tokens assumed when reserving budget for a request that sets no max_tokens."""
     db_threads: int
-    """Threads the gateway's database work runs on (each holds one connection)."""
+    """Threads the gateway's ORM work runs on (each holds one connection), and on PostgreSQL the
+    most connections the request path's statements use from the event loop (gateway.pgpath)."""
     touch_every_s: float
     """How often the last-use times of replicas are handed to placement."""
     flush_every_s: float
