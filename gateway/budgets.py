@@ -150,19 +150,23 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
     return explain_refusal([failed], estimate, now)
 
 
-def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:
+Statement = tuple[str, list]
+"""One SQL statement and its parameters, for a Django cursor or a psycopg connection alike."""
+
+
+def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) -> list[Statement]:
     """Take back reservations and add real costs: (budget id, reserved, cost) each.
 
     Costs land in the budget's current period, even when the request was
-    reserved in the previous one: that is when the money was spent.
+    reserved in the previous one: that is when the money was spent. One
+    statement per budget, in id order, so two writers settling the same
+    budgets never deadlock.
     """
     totals: dict[int, list[int]] = {}
     for budget_id, reserved, cost in charges:
         total = totals.setdefault(budget_id, [0, 0])
         total[0] += reserved
         total[1] += cost
-    if not totals:
-        return
     c = _starts(now)
     sql = (
         f"UPDATE {_table()} SET "
@@ -171,8 +175,11 @@ def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:
         f"reserved_micros = CASE WHEN reserved_micros > %s THEN reserved_micros - %s ELSE 0 END "
         f"WHERE id = %s"
     )
+    return [(sql, [*c, totals[b][1], *c, *c, totals[b][0], totals[b][0], b]) for b in sorted(totals)]
+
+
+def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:
+    """``settle_statements`` run here."""
     with connection.cursor() as cursor:
-        # In id order, so two writers settling the same budgets never deadlock.
-        for budget_id in sorted(totals):
-            reserved, cost = totals[budget_id]
-            cursor.execute(sql, [*c, cost, *c, *c, reserved, reserved, budget_id])
+        for sql, params in settle_statements(charges, now):
+            cursor.execute(sql, params)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from gateway import admission, budgets, conf, errors, router, tokens, upstream
+from gateway import admission, budgets, conf, errors, router, tokens, upstream, usage
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.keys import Caller
 from gateway.pgpath import PgPath
@@ -118,7 +118,12 @@ class Gateway:
         self.pg = PgPath.for_database(self.conf.db_threads, self.run_db) if queries_on_loop else None
         self.directory = Directory(self.run_db, self.conf.refresh_s)
         self.limiter = Limiter(self.run_db, redis)
-        self.writer = Writer(self.run_record, self.conf.flush_every_s, self.conf.touch_every_s)
+        self.writer = Writer(
+            self.run_record,
+            self.conf.flush_every_s,
+            self.conf.touch_every_s,
+            write_batch=self._write_on_loop if self.pg is not None else None,
+        )
         self.in_flight: Counter[str] = Counter()
         self.background: set[asyncio.Task] = set()
         self._demanded: dict[str, float] = {}
@@ -130,6 +135,9 @@ class Gateway:
     async def run_record(self, fn, *args):
         """Run ``fn`` on the usage writer's thread."""
         return await asyncio.get_running_loop().run_in_executor(self.record_executor, _run, fn, args)
+
+    async def _write_on_loop(self, batch) -> None:
+        await self.pg.write(usage.statements(batch, timezone.now()))
 
     async def authenticate(self, secret: str) -> admission.Admission:
         if self.pg is not None:

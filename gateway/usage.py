@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from gateway import budgets
+from gateway import budgets, ratelimit
 from gateway.keys import Caller
 from gateway.models import UsageHour, UsageRecord
 
@@ -34,6 +35,7 @@ log = logging.getLogger("llmgw.gateway")
 # the oldest are dropped, with an error in the log, rather than the gateway
 # running out of memory.
 MAX_QUEUED = 200_000
+PRUNE_EVERY_S = 60.0
 CLIENT_CLOSED = 499
 
 
@@ -83,11 +85,71 @@ def _rollup_sql() -> str:
     )
 
 
-def write(batch: list[Finished], now: datetime | None = None) -> None:
-    """Write a batch: records, roll-up and budget settlements, all or nothing."""
-    if not batch:
-        return
-    now = now or timezone.now()
+# The record's columns, in the order _record_row gives their values.
+RECORD_FIELDS = (
+    "at",
+    "key",
+    "team",
+    "org",
+    "requested",
+    "model",
+    "replica_id",
+    "endpoint",
+    "stream",
+    "prompt_tokens",
+    "completion_tokens",
+    "counted_by",
+    "cost_micros",
+    "status",
+    "outcome",
+    "latency_ms",
+    "ttfb_ms",
+)
+# Records per INSERT: well under PostgreSQL's 65,535 and SQLite's 32,766 parameters.
+ROWS_PER_INSERT = 500
+
+
+def _insert_sql(rows: int) -> str:
+    q = connection.ops.quote_name
+    columns = ", ".join(q(UsageRecord._meta.get_field(name).column) for name in RECORD_FIELDS)
+    one = "(" + ", ".join(["%s"] * len(RECORD_FIELDS)) + ")"
+    return f"INSERT INTO {q(UsageRecord._meta.db_table)} ({columns}) VALUES " + ", ".join([one] * rows)
+
+
+def _record_row(f: Finished) -> list:
+    return [
+        f.at,
+        f.caller.key_id,
+        f.caller.team_id,
+        f.caller.org_id,
+        f.requested,
+        f.model,
+        f.replica_id,
+        f.endpoint,
+        f.stream,
+        f.prompt_tokens,
+        f.completion_tokens,
+        f.counted_by,
+        f.cost_micros,
+        f.status,
+        f.outcome,
+        round(f.latency_ms, 3),
+        None if f.ttfb_ms is None else round(f.ttfb_ms, 3),
+    ]
+
+
+def statements(batch: list[Finished], now: datetime) -> list[budgets.Statement]:
+    """A batch's writes as SQL, to run in order in one transaction: records, roll-up, settlements.
+
+    Plain SQL so that one description serves both writers: the ORM's
+    connection on a thread (``write``), and on PostgreSQL the gateway's
+    connections on the event loop (gateway.pgpath), where writing costs the
+    request path no wait for the interpreter lock.
+    """
+    out: list[budgets.Statement] = []
+    for at in range(0, len(batch), ROWS_PER_INSERT):
+        part = batch[at : at + ROWS_PER_INSERT]
+        out.append((_insert_sql(len(part)), [value for f in part for value in _record_row(f)]))
     hours: dict[tuple, list] = {}
     for f in batch:
         row = hours.setdefault((hour_of(f.at), f.caller.key_id, f.model or f.requested), [0, 0, 0, 0, 0, f.at])
@@ -97,14 +159,20 @@ def write(batch: list[Finished], now: datetime | None = None) -> None:
         row[3] += f.completion_tokens
         row[4] += f.cost_micros
         row[5] = max(row[5], f.at)
-    with transaction.atomic():
-        UsageRecord.objects.bulk_create([_record(f) for f in batch])
-        with connection.cursor() as cursor:
-            sql = _rollup_sql()
-            # Sorted so that two writers touching the same hours lock them in one order.
-            for (hour, key_id, model), row in sorted(hours.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-                cursor.execute(sql, [hour, key_id, model, *row])
-        budgets.settle(_charges(batch), now)
+    sql = _rollup_sql()
+    # Sorted so that two writers touching the same hours lock them in one order.
+    for (hour, key_id, model), row in sorted(hours.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        out.append((sql, [hour, key_id, model, *row]))
+    return out + budgets.settle_statements(_charges(batch), now)
+
+
+def write(batch: list[Finished], now: datetime | None = None) -> None:
+    """Write a batch here, with the ORM's connection: records, roll-up and budget settlements, all or nothing."""
+    if not batch:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql, params in statements(batch, now or timezone.now()):
+            cursor.execute(sql, params)
 
 
 def _charges(batch: Iterable[Finished]) -> Iterable[tuple[int, int, int]]:
@@ -112,28 +180,6 @@ def _charges(batch: Iterable[Finished]) -> Iterable[tuple[int, int, int]]:
         reserved = dict(f.reserved)
         for budget_id in f.caller.budget_ids:
             yield budget_id, reserved.get(budget_id, 0), f.cost_micros
-
-
-def _record(f: Finished) -> UsageRecord:
-    return UsageRecord(
-        at=f.at,
-        key_id=f.caller.key_id,
-        team_id=f.caller.team_id,
-        org_id=f.caller.org_id,
-        requested=f.requested,
-        model=f.model,
-        replica_id=f.replica_id,
-        endpoint=f.endpoint,
-        stream=f.stream,
-        prompt_tokens=f.prompt_tokens,
-        completion_tokens=f.completion_tokens,
-        counted_by=f.counted_by,
-        cost_micros=f.cost_micros,
-        status=f.status,
-        outcome=f.outcome,
-        latency_ms=round(f.latency_ms, 3),
-        ttfb_ms=None if f.ttfb_ms is None else round(f.ttfb_ms, 3),
-    )
 
 
 def touch_replicas(times: dict[str, datetime]) -> None:
@@ -156,10 +202,17 @@ def touch_replicas(times: dict[str, datetime]) -> None:
 
 
 class Writer:
-    """Queues finished requests and replica uses; writes them from a background task."""
+    """Queues finished requests and replica uses; writes them from background tasks.
 
-    def __init__(self, run_db, flush_every_s: float, touch_every_s: float) -> None:
+    ``run_db`` runs a function on an ORM thread. ``write_batch``, when given,
+    writes a batch instead of ``write`` on that thread (gateway.pgpath's, on
+    the event loop). Once a minute it also deletes the rate-limit windows
+    nothing reads any more.
+    """
+
+    def __init__(self, run_db, flush_every_s: float, touch_every_s: float, write_batch=None) -> None:
         self.run_db = run_db
+        self.write_batch = write_batch
         self.flush_every_s = flush_every_s
         self.touch_every_s = touch_every_s
         self.queue: list[Finished] = []
@@ -172,6 +225,7 @@ class Writer:
             self._tasks = [
                 asyncio.ensure_future(self._loop(self.flush, self.flush_every_s)),
                 asyncio.ensure_future(self._loop(self.flush_touches, self.touch_every_s)),
+                asyncio.ensure_future(self._loop(self.prune, PRUNE_EVERY_S)),
             ]
 
     def add(self, finished: Finished) -> None:
@@ -207,7 +261,10 @@ class Writer:
         if not batch:
             return
         try:
-            await self.run_db(write, batch)
+            if self.write_batch is not None:
+                await self.write_batch(batch)
+            else:
+                await self.run_db(write, batch)
         except BaseException:
             self._put_back(batch)
             raise
@@ -216,6 +273,9 @@ class Writer:
         if self.touched:
             times, self.touched = self.touched, {}
             await self.run_db(touch_replicas, times)
+
+    async def prune(self) -> None:
+        await self.run_db(ratelimit.db_prune, time.time())
 
     def flush_now(self) -> None:
         """Write what is queued, from this thread (at exit, when the loop is gone)."""

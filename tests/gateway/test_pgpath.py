@@ -11,9 +11,10 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from gateway import admission, keys
-from gateway.models import ApiKey, Budget, RateWindow, Team
+from gateway.models import ApiKey, Budget, RateWindow, Team, UsageHour, UsageRecord
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
+from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
 from tests.gateway.harness import FAST
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,3 +179,87 @@ def test_prepared_statements_follow_the_databases_options(postgresql):
         assert connection_params()["prepare_threshold"] is None
     finally:
         options.pop("prepare_threshold")
+
+
+def finished(caller, n: int, reserved: int = 0) -> list[Finished]:
+    at = timezone.now()
+    return [
+        Finished(
+            at=at,
+            caller=caller,
+            requested="alias",
+            model="big",
+            replica_id="r1",
+            endpoint="chat/completions",
+            stream=bool(i % 2),
+            prompt_tokens=10 + i,
+            completion_tokens=20,
+            counted_by="engine" if i % 3 else "llmgw",
+            cost_micros=7,
+            status=200 if i % 5 else 499,
+            outcome="ok" if i % 5 else "client_disconnected",
+            latency_ms=1.23456,
+            ttfb_ms=None if i % 2 else 0.5,
+            reserved=tuple((b, reserved) for b in caller.budget_ids),
+        )
+        for i in range(n)
+    ]
+
+
+def written(key_id: str) -> tuple:
+    fields = (
+        "requested",
+        "model",
+        "stream",
+        "prompt_tokens",
+        "counted_by",
+        "status",
+        "outcome",
+        "latency_ms",
+        "ttfb_ms",
+    )
+    records = sorted(UsageRecord.objects.filter(key_id=key_id).values_list(*fields))
+    hours = list(
+        UsageHour.objects.filter(key_id=key_id).values_list("requests", "errors", "prompt_tokens", "cost_micros")
+    )
+    return records, hours
+
+
+def test_usage_written_from_the_loop_is_what_the_orms_writer_writes(postgresql):
+    # More records than one INSERT takes, so the batch is split.
+    count = ROWS_PER_INSERT * 2 + 7
+    by_orm, on_loop_key = keys.issue(team="a", org="acme"), keys.issue(team="b", org="acme")
+    orm_budget = Budget.objects.create(scope="key", key=by_orm.key, amount_micros=10**9, reserved_micros=count * 50)
+    loop_budget = Budget.objects.create(
+        scope="key", key=on_loop_key.key, amount_micros=10**9, reserved_micros=count * 50
+    )
+    orm_caller, _ = keys.authenticate(by_orm.secret)
+    loop_caller, _ = keys.authenticate(on_loop_key.secret)
+    write(finished(orm_caller, count, reserved=50))
+
+    async def scenario(pg):
+        await pg.write(statements(finished(loop_caller, count, reserved=50), timezone.now()))
+
+    on_loop(scenario)
+    assert written(by_orm.key.id) == written(on_loop_key.key.id)
+    assert len(written(by_orm.key.id)[0]) == count
+    orm_budget.refresh_from_db()
+    loop_budget.refresh_from_db()
+    assert (orm_budget.reserved_micros, orm_budget.spent_micros) == (0, count * 7)
+    assert (loop_budget.reserved_micros, loop_budget.spent_micros) == (0, count * 7)
+
+
+def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all(postgresql):
+    issued = keys.issue(team="a", org="acme")
+    Budget.objects.create(scope="key", key=issued.key, amount_micros=10**9, reserved_micros=500)
+    caller, _ = keys.authenticate(issued.secret)
+    batch = finished(caller, 3, reserved=100)
+    batch[-1].requested = "x" * 500  # longer than the column: the INSERT fails
+
+    async def scenario(pg):
+        with pytest.raises(psycopg.DataError):
+            await pg.write(statements(batch, timezone.now()))
+
+    on_loop(scenario)
+    assert not UsageRecord.objects.exists() and not UsageHour.objects.exists()
+    assert Budget.objects.get().reserved_micros == 500

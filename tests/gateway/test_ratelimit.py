@@ -116,3 +116,24 @@ def _closing(fn):
             connection.close()
 
     return call
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_usage_writer_forgets_windows_nothing_reads_again():
+    from gateway.usage import Writer
+
+    minute = int(time.time() // 60)
+    for m in (minute - 10, minute - 3, minute - 1, minute):
+        RateWindow.objects.create(scope="key:x", minute=m, requests=1)
+
+    async def prune():
+        loop = asyncio.get_running_loop()
+
+        async def run_db(fn, *args):
+            return await loop.run_in_executor(None, fn, *args)
+
+        await Writer(run_db, 1.0, 1.0).prune()
+
+    asyncio.run(prune())
+    # The previous minute still counts in the sliding window; older ones never will.
+    assert sorted(RateWindow.objects.values_list("minute", flat=True)) == [minute - 1, minute]
