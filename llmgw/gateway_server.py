@@ -6,9 +6,10 @@ connection to one of them) while daphne serves the admin listener. Why a
 server of its own and processes of their own, measured with
 ``bench/gateway.py`` (docs/architecture.md has the figures):
 
-- the same gateway app added 1.7 ms under daphne where it adds 0.5 ms under
-  uvicorn with httptools and uvloop: Twisted's HTTP parsing and its hand-over
-  to asyncio cost more than all of the gateway's own work;
+- the same gateway app adds 1.0 ms at p50 under daphne where it adds 0.7 ms
+  under uvicorn with httptools and uvloop, and serves 35–40 % fewer requests
+  per second: Twisted's HTTP handling and its hand-over to asyncio are the
+  difference;
 - a heartbeat storm on the admin listener cannot slow inference down, nor a
   burst of inference the heartbeats: each has its own processes and event
   loop, and the gateway scales past one core with more workers;
