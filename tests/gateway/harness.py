@@ -1,4 +1,4 @@
-"""Driving the gateway's ASGI app in-process, the way daphne would, with fake engines.
+"""Driving the gateway's ASGI app in-process, the way an ASGI server would, with fake engines.
 
 Tests write their rows first (the ORM cannot be used from inside the event
 loop), then run a scenario with ``asyncio.run``, then read what was recorded.

@@ -99,7 +99,7 @@ def test_the_openai_client_chats_through_llmgw_serve_plain_and_streaming(server,
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
 
 
-def test_a_client_hanging_up_through_daphne_cancels_the_engine_and_is_recorded(server, engines):
+def test_a_client_hanging_up_through_llmgw_serve_cancels_the_engine_and_is_recorded(server, engines):
     engine = engines(tokens=100, token_delay_s=0.05)
     replica(model("llama"), engine.url)
     secret = key()
