@@ -19,10 +19,15 @@ import contextlib
 import json
 import logging
 
+import psycopg
+from django import db
+
 from gateway import conf, errors
 from gateway.proxy import ENDPOINTS, Gateway
 
 log = logging.getLogger("llmgw.gateway")
+# The database cannot be reached: through the ORM's threads, or on the loop (gateway.pgpath).
+DATABASE_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, db.OperationalError, db.InterfaceError)
 JSON = [(b"content-type", b"application/json")]
 
 
@@ -91,6 +96,13 @@ class GatewayApp:
         except errors.Refused as refusal:
             if not started:
                 await _answer(send, refusal.status, refusal.body())
+        except DATABASE_DOWN as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning(
+                "gateway: %s %s: the database did not answer: %s", scope.get("method"), scope.get("path"), detail
+            )
+            if not started:
+                await _answer(send, 503, errors.database_unavailable(detail).body())
         except Exception:
             log.exception("gateway: %s %s failed", scope.get("method"), scope.get("path"))
             if not started:

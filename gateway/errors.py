@@ -76,3 +76,12 @@ def unavailable(message: str, code: str = "no_replica") -> Refused:
 
 def upstream_failed(message: str) -> Refused:
     return Refused(502, message, "upstream_error", "upstream_failed")
+
+
+def database_unavailable(detail: str) -> Refused:
+    return Refused(
+        503,
+        f"the gateway's database did not answer ({detail}); nothing was sent to an engine: try again shortly",
+        "service_unavailable",
+        "database_unavailable",
+    )

@@ -17,16 +17,19 @@ What is rare stays on the gateway's threads with the ORM, so its logic
 exists once: rate limits counted in the database (no Redis), the sentence
 explaining a budget refusal, replicas' last use.
 
-Connections come from a small pool of our own (at most LLMGW_GATEWAY_DB_THREADS,
-taken, used, given back; closed on any error): psycopg_pool would add a
-dependency and background workers for what is a list and a semaphore. The connections skip waiting for the WAL's
-fsync on commit, for the reason ``gateway.proxy._relax`` gives.
+Connections come from a small pool of our own (at most
+LLMGW_GATEWAY_DB_THREADS; taken, used, given back; closed on any error):
+psycopg_pool would add a dependency and background workers for what is a
+list and a semaphore. The connections skip waiting for the WAL's fsync on
+commit, for the reason ``gateway.proxy._relax`` gives, except where usage is
+written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 from datetime import datetime
 
 import psycopg
@@ -90,6 +93,14 @@ def admit_sql() -> str:
     )
 
 
+def _has_input(conn: psycopg.AsyncConnection) -> bool:
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    return bool(readable)
+
+
 class PgPath:
     """Key lookups and budget reservations for one event loop."""
 
@@ -123,7 +134,7 @@ class PgPath:
         time there (480 req/s in process against 1,700 with the bound).
         """
         async with self._slots:
-            conn = self._idle.pop() if self._idle else await self._connect()
+            conn = await self._take()
             try:
                 yield conn
             except BaseException:
@@ -133,6 +144,22 @@ class PgPath:
             if conn.closed:
                 return
             self._idle.append(conn)
+
+    async def _take(self) -> psycopg.AsyncConnection:
+        """An idle connection that still works, else a new one.
+
+        An idle connection has nothing to read unless the server said
+        something on its own, which for an idle session means it is ending it
+        (a restart, a failover, an administrator): such a connection is
+        dropped here, before a statement that may reserve is sent on it.
+        """
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not _has_input(conn):
+                return conn
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+        return await self._connect()
 
     async def _once_more_on_failure(self, work):
         """Run read-only ``work(conn)``; a connection that went stale while idle is replaced once."""
@@ -207,9 +234,14 @@ class PgPath:
             return await cursor.fetchone()
 
         if sql is self.admit_sql:
-            # It may reserve: not tried twice (see _reserve).
-            async with self._connection() as conn:
-                return await work(conn)
+            # It may reserve: not tried twice (see _reserve). The request is
+            # refused; the next ones start from fresh connections.
+            try:
+                async with self._connection() as conn:
+                    return await work(conn)
+            except psycopg.OperationalError:
+                self._drop_idle()
+                raise
         return await self._once_more_on_failure(work)
 
     async def _reserve(self, budget_ids: list[int], estimate: int, now: datetime) -> int | None:

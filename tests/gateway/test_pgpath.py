@@ -11,11 +11,12 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from gateway import admission, keys
+from gateway.asgi import GatewayApp
 from gateway.models import ApiKey, Budget, RateWindow, Team, UsageHour, UsageRecord
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
 from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
-from tests.gateway.harness import FAST
+from tests.gateway.harness import FAST, call, model, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,8 +101,8 @@ def test_every_decision_matches_the_orms(postgresql):
         (limited.secret, "big", None, True),
         (limited.secret, "big", None, False),
     ]
-    for secret, model, estimate, db_limits in cases:
-        args = (secret, model, model, (), estimate, db_limits, now)
+    for secret, name, estimate, db_limits in cases:
+        args = (secret, name, name, (), estimate, db_limits, now)
         reset()
         by_orm = [outcome(admission.admit(*args)) for _ in range(2)]
         reset()
@@ -109,7 +110,7 @@ def test_every_decision_matches_the_orms(postgresql):
         async def twice(pg, args=args):
             return [outcome(await pg.admit(*args)) for _ in range(2)]
 
-        assert on_loop(twice) == by_orm, (secret[:12], model, estimate, db_limits)
+        assert on_loop(twice) == by_orm, (secret[:12], name, estimate, db_limits)
     # A refused reservation on three budgets leaves nothing held on the others.
     reset()
     on_loop(lambda pg: pg.admit(tight.secret, "big", "big", (), 2_000, True, now))
@@ -263,3 +264,46 @@ def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all(postgresql)
     on_loop(scenario)
     assert not UsageRecord.objects.exists() and not UsageHour.objects.exists()
     assert Budget.objects.get().reserved_micros == 500
+
+
+def test_after_the_server_ends_every_idle_connection_the_next_requests_reserve_once_each(postgresql):
+    issued = keys.issue(team="search", org="acme")
+    budget = Budget.objects.create(scope="team", team=issued.key.team, amount_micros=10_000)
+    now = timezone.now()
+
+    async def scenario(pg):
+        # Three connections in the pool, then a restart's worth of terminations.
+        await asyncio.gather(*(pg.admit(issued.secret, "m", "m", (), 10, True, now) for _ in range(3)))
+        pids = [c.info.backend_pid for c in pg._idle]
+        async with await psycopg.AsyncConnection.connect(**connection_params()) as admin:
+            for pid in pids:
+                await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await asyncio.sleep(0.2)
+        return [await pg.admit(issued.secret, "m", "m", (), 10, True, now) for _ in range(4)], len(pids)
+
+    after, pooled = on_loop(scenario)
+    assert pooled >= 1
+    assert all(a.refused is None and a.reserved == ((budget.id, 10),) for a in after)
+    budget.refresh_from_db()
+    assert budget.reserved_micros == 70  # 3 before, 4 after: none twice, none lost
+
+
+def test_a_database_that_does_not_answer_is_a_503_that_says_so(postgresql, engines):
+    replica(model("llama", price=(1, 1)), engines().url)
+    secret = keys.issue(team="search", org="acme").secret
+
+    async def scenario():
+        gateway = Gateway(FAST)
+        gateway.pg.params = {**gateway.pg.params, "port": 1, "connect_timeout": 1}
+        app = GatewayApp(lambda: gateway)
+        answer = await call(
+            app, "/v1/chat/completions", {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}, key=secret
+        )
+        await settle(app)
+        return answer
+
+    answer = asyncio.run(scenario())
+    connections.close_all()
+    error = answer.json()["error"]
+    assert answer.status == 503 and error["code"] == "database_unavailable"
+    assert "database did not answer" in error["message"] and "nothing was sent to an engine" in error["message"]
