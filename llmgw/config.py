@@ -17,7 +17,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 DEFAULT_ADMIN_ADDR = "127.0.0.1:8000"
 DEFAULT_GATEWAY_ADDR = "127.0.0.1:8080"
@@ -128,7 +128,24 @@ def check_database_url(value: str) -> str:
         raise ConfigError("LLMGW_DATABASE_URL", "names neither a host nor a database")
     if port == 0:
         raise ConfigError("LLMGW_DATABASE_URL", "port 0 is not a port")
+    for name, raw in parse_qsl(parts.query):
+        if name == "prepare_threshold":
+            prepare_threshold(raw)
     return value
+
+
+def prepare_threshold(raw: str) -> int | None:
+    """``?prepare_threshold=`` of a PostgreSQL URL: from which use a statement is prepared; None: never.
+
+    None is for a PgBouncer older than 1.21 in transaction mode, which cannot
+    keep prepared statements.
+    """
+    text = str(raw).strip().lower()
+    if text in ("none", "null", "off", ""):
+        return None
+    if not text.isdigit():
+        raise ConfigError("LLMGW_DATABASE_URL", f"prepare_threshold={raw!r} is not a whole number or none")
+    return int(text)
 
 
 def check_redis_url(value: str) -> str:

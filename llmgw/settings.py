@@ -96,6 +96,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
 else:
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+    # From the URL's query it is a string; Django and psycopg want a number or None.
+    if "prepare_threshold" in DATABASES["default"]["OPTIONS"]:
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = llmgw_config.prepare_threshold(
+            DATABASES["default"]["OPTIONS"]["prepare_threshold"]
+        )
     # Several test runs can share one server (parallel worktrees, CI beside a
     # developer): each names its own test database.
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("LLMGW_TEST_DB_NAME", "llmgw_test")

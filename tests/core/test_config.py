@@ -51,6 +51,7 @@ def test_secret_key_from_a_file(tmp_path):
         ({"LLMGW_GATEWAY_ADDR": "127.0.0.1:8000"}, "LLMGW_GATEWAY_ADDR", "same as LLMGW_ADMIN_ADDR"),
         ({"LLMGW_DEBUG": "maybe"}, "LLMGW_DEBUG", "yes/no"),
         ({"LLMGW_GATEWAY_WORKERS": "0"}, "LLMGW_GATEWAY_WORKERS", "from 1 to 256"),
+        ({"LLMGW_DATABASE_URL": "postgresql://u@h/db?prepare_threshold=x"}, "LLMGW_DATABASE_URL", "or none"),
         ({"LLMGW_GATEWAY_WORKERS": "two"}, "LLMGW_GATEWAY_WORKERS", "whole number"),
         ({"LLMGW_SECRET_KEY_FILE": "/nonexistent/key"}, "LLMGW_SECRET_KEY_FILE", "cannot read"),
     ],
@@ -97,3 +98,8 @@ def test_django_commands_also_refuse_bad_values(tmp_path):
     result = run_llmgw(tmp_path, "check", LLMGW_ADMIN_ADDR="nope")
     assert result.returncode == 2
     assert "LLMGW_ADMIN_ADDR" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_prepared_statements_can_be_turned_off_in_the_database_url():
+    assert config.prepare_threshold("none") is None and config.prepare_threshold("5") == 5
+    assert config.check_database_url("postgresql://u@h/db?prepare_threshold=none")
