@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
+# The embedded broker's messages are written whole (see llmgw.core.broker).
+TRANSPORT_ALIASES["filesystem"] = "llmgw.core.broker:Transport"
 
 app = Celery("llmgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -1,9 +1,8 @@
 """Hooks other parts call when something placement depends on changed: a reconcile runs soon.
 
 Soon, not now: the caller is usually inside a transaction (an admin action,
-an API call, a heartbeat), so the task is queued once that commits (with
-Redis; on the embedded broker the next beat does it), and the beat runs one
-every few seconds anyway. A broker that cannot be reached only delays
+an API call, a heartbeat), so the task is queued once that commits, and the
+beat runs one every few seconds anyway. A broker that cannot be reached only delays
 placement to the next beat, so it never fails the caller's change.
 """
 
@@ -22,17 +21,10 @@ def reconcile_soon(why: str) -> None:
 
 
 def _enqueue(why: str) -> None:
-    from django.conf import settings
 
     from placement.tasks import reconcile
 
-    if str(getattr(settings, "CELERY_BROKER_URL", "")).startswith("filesystem"):
-        # The embedded broker (kombu's filesystem transport) can hand the worker a
-        # message file another thread is still writing, which stops the embedded
-        # worker for good; there the beat, publishing alone, reconciles within
-        # its period instead.
-        log.debug("not queueing a reconcile on the filesystem broker (%s); the beat runs one", why)
-        return
+    # The embedded broker too: its messages are written whole (llmgw.core.broker).
     try:
         reconcile.apply_async(expires=30)
     except Exception:
