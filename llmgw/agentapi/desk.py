@@ -8,7 +8,7 @@ so the desk:
 - remembers which node a credential belongs to (checked again after
   ``CREDENTIAL_TTL_S``, and at once when a flush finds the credential gone, so
   a revoked credential stops working within a flush);
-- buffers heartbeats and writes them in one statement per flush (every
+- buffers heartbeats and writes them in one batch per flush (every
   ``LLMGW_HEARTBEAT_FLUSH_S``, 1 s by default) — liveness is the only thing a
   light heartbeat carries, and a second of it is all a crash can lose; full
   reports, which carry what the machine *is*, are written at once;
@@ -21,6 +21,7 @@ and announced to the live pages then.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -28,19 +29,57 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from inventory.models import Node
 from llmgw.core.tokens import hash_token
 
 log = logging.getLogger(__name__)
-FLUSH_WRITES = ("last_seen", "last_report_at", "load", "shard_status", "reachable", "lost", "unreachable_since")
-FLUSH_LOADS = ("pk", "name", "credential_digest", *FLUSH_WRITES)
 
 # A flush notices a rotated or revoked credential at once (it compares digests), so the cache may
 # keep a node for a while: this only bounds how long a deleted node's cached entry lingers.
 CREDENTIAL_TTL_S = 300.0
+
+
+def _update_sql() -> str:
+    """One node's heartbeat: alive now, what it said (or what was there), reachable again.
+
+    Plain SQL run once per node in one batch (``executemany``, pipelined on
+    PostgreSQL): the ORM's bulk_update built a CASE expression per column and
+    row, and for the 370 beats of a 2,000-node fleet's second that cost half
+    a second of the interpreter, during which no heartbeat was answered. The
+    credential's digest is checked again in the statement, so a credential
+    revoked since the read above is not written.
+    """
+    q = connection.ops.quote_name
+    c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
+    return (
+        f"UPDATE {q(Node._meta.db_table)} SET {c['last_seen']} = %s, "
+        f"{c['last_report_at']} = COALESCE(%s, {c['last_report_at']}), "
+        f"{c['load']} = COALESCE(%s, {c['load']}), "
+        f"{c['shard_status']} = COALESCE(%s, {c['shard_status']}), "
+        f"{c['reachable']} = %s, {c['lost']} = %s, {c['unreachable_since']} = NULL "
+        f"WHERE {c['id']} = %s AND {c['credential_digest']} = %s"
+    )
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _update_row(pk: int, digest: str, beat: Beat) -> list:
+    fields = beat.fields
+    return [
+        beat.last_seen,
+        fields.get("last_report_at"),
+        _json(fields.get("load")),
+        _json(fields.get("shard_status")),
+        True,
+        False,
+        pk,
+        digest,
+    ]
 
 
 @dataclass
@@ -159,43 +198,39 @@ class HeartbeatDesk:
         return answer
 
     def flush(self) -> FlushResult:
-        """Write every queued heartbeat: two queries however many there are."""
+        """Write every queued heartbeat: one read and one batch of updates, however many there are."""
         with self.lock:
             pending, self.pending = self.pending, {}
         result = FlushResult()
         if not pending:
             return result
-        nodes = {
-            n.pk: n
-            # Every column bulk_update writes is loaded: a deferred one would cost a query per node.
-            for n in Node.objects.filter(pk__in=pending).only(*FLUSH_LOADS)
+        known = {
+            pk: (name, digest, reachable, lost, shard_status)
+            for pk, name, digest, reachable, lost, shard_status in Node.objects.filter(pk__in=pending).values_list(
+                "pk", "name", "credential_digest", "reachable", "lost", "shard_status"
+            )
         }
-        changed = []
+        rows = []
         shard_reports: list[tuple[int, str, list]] = []
         for pk, (digest, beat) in pending.items():
-            node = nodes.get(pk)
-            if node is None or node.credential_digest != digest:
+            node = known.get(pk)
+            if node is None or node[1] != digest:
                 result.revoked += 1
                 with self.lock:
                     self.nodes.pop(digest, None)
                 continue
-            if not node.reachable or node.lost:
-                result.came_back.append((pk, node.name))
-                node.reachable, node.lost, node.unreachable_since = True, False, None
+            name, _, reachable, lost, shard_status = node
+            if not reachable or lost:
+                result.came_back.append((pk, name))
             reported = beat.fields.get("shard_status")
-            if reported and reported != node.shard_status:
-                shard_reports.append((pk, node.name, reported))
-            node.last_seen = beat.last_seen
-            for name, value in beat.fields.items():
-                setattr(node, name, value)
-            changed.append(node)
-        if changed:
-            Node.objects.bulk_update(
-                changed,
-                list(FLUSH_WRITES),
-                batch_size=1000,
-            )
-        result.written = len(changed)
+            if reported and reported != shard_status:
+                shard_reports.append((pk, name, reported))
+            rows.append(_update_row(pk, digest, beat))
+        if rows:
+            # One transaction: one commit for the batch, not one per node.
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.executemany(_update_sql(), rows)
+        result.written = len(rows)
         self._settle_collections(now_of(pending))
         self._mark_scans_pending(now_of(pending))
         if shard_reports or result.came_back:
