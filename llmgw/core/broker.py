@@ -16,8 +16,10 @@ broker URL, the health check and the folders stay as they were.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
+from queue import Empty
 from time import monotonic
 
 from kombu.exceptions import ChannelError
@@ -25,12 +27,25 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
+log = logging.getLogger(__name__)
 # Readers take only names ending ".<queue>.msg"; this prefix has no dot, so
 # a file being written is never one of them.
 WRITING = "writing-"
 
 
 class Channel(filesystem.Channel):
+    def _get(self, queue):
+        """The next message of ``queue``; one that is not a message (torn, foreign) is dropped with an error.
+
+        kombu raises on it, and a worker that meets that error stops for good:
+        one bad file in the folder would end every periodic task.
+        """
+        try:
+            return super()._get(queue)
+        except ValueError as exc:
+            log.error("embedded broker: dropped a file of queue %r that is not a message (%s)", queue, exc)
+            raise Empty from None
+
     def _put(self, queue, payload, **kwargs):
         """Put ``payload`` on ``queue``: written whole under a private name, then renamed into place."""
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"

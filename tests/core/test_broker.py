@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from queue import Empty
 
+import pytest
 from kombu import Connection
 
 import llmgw.celery  # noqa: F401 - points filesystem:// at llmgw.core.broker
@@ -92,3 +93,14 @@ def test_while_a_message_is_being_written_no_reader_can_see_it(tmp_path, monkeyp
         conn.default_channel._put("q", {"hello": 1})
         assert seen_while_writing == [[]]
         assert conn.default_channel._get("q") == {"hello": 1}
+
+
+def test_a_file_that_is_not_a_message_is_dropped_and_the_next_one_read(tmp_path, caplog):
+    with connection(tmp_path) as conn:
+        channel = conn.default_channel
+        (tmp_path / "queue" / "0_torn.q.msg").write_bytes(b'{"half": ')
+        channel._put("q", {"whole": True})
+        with pytest.raises(Empty):
+            channel._get("q")
+        assert "not a message" in caplog.text
+        assert channel._get("q") == {"whole": True}
