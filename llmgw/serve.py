@@ -153,7 +153,8 @@ def _group_alive(group: int) -> bool:
 
 def announce(cfg: config.Config, written: list) -> None:
     print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/)", flush=True)
-    print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/", flush=True)
+    processes = "1 process" if cfg.gateway_workers == 1 else f"{cfg.gateway_workers} processes"
+    print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/  ({processes}, LLMGW_GATEWAY_WORKERS)", flush=True)
     database = "SQLite" if cfg.database_url.startswith("sqlite") else "PostgreSQL"
     if cfg.embedded:
         mode = f"{database}; no Redis: filesystem broker, in-process worker, live updates within this process"
