@@ -213,15 +213,18 @@ class Gateway:
         stream = bool(body.get("stream")) and endpoint != "embeddings"
         prompt = tokens.prompt_text(body)
         estimate = self._estimate(entry, body, prompt, endpoint)
-        admitted = await self.admit(
-            secret,
-            name,
-            entry.name,
-            entry.aliases,
-            estimate,
-            self.limiter.redis is None,
-            timezone.now(),
+        admission_task = asyncio.ensure_future(
+            self.admit(secret, name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
         )
+        try:
+            # Shielded: a client that hangs up while its budget is being reserved
+            # must not leave the reservation held for ever (see _admitted_after_all).
+            admitted = await asyncio.shield(admission_task)
+        except asyncio.CancelledError:
+            admission_task.add_done_callback(
+                lambda task: self._admitted_after_all(task, name, endpoint, stream, started, prompt)
+            )
+            raise
         if admitted.caller is None:
             raise admitted.refused
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
@@ -245,6 +248,19 @@ class Gateway:
         except Exception:
             self._finish(ticket, status=500, outcome="gateway_error")
             raise
+
+    def _admitted_after_all(self, task: asyncio.Future, name, endpoint, stream, started, prompt) -> None:
+        """The client left during admission: a request that was admitted anyway is recorded as given up.
+
+        Recording it settles its reservation (at no cost), which would
+        otherwise stay on its budgets.
+        """
+        if task.cancelled() or task.exception() is not None:
+            return
+        admitted = task.result()
+        if admitted.caller is not None:
+            ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
+            self._finish(ticket, status=CLIENT_CLOSED, outcome="client_disconnected")
 
     def _estimate(self, entry: ModelEntry, body: dict, prompt: str, endpoint: str) -> int | None:
         """What the request may cost at most, for the budget reservation; None: the model is free."""

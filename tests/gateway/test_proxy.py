@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from gateway import keys
 from gateway.models import ApiKey, Budget, UsageHour, UsageRecord
+from gateway.proxy import Gateway
 from placement.models import Replica, ReplicaState
 from tests.gateway.harness import call, fallback, key, model, new_app, replica, settle
 
@@ -349,3 +351,48 @@ def test_used_replicas_are_touched_for_idle_scale_down(engines):
     run(lambda app: call(app, CHAT, hello("llama"), key=secret))
     r.refresh_from_db()
     assert r.last_used_at is not None and (timezone.now() - r.last_used_at).total_seconds() < 30
+
+
+def test_a_client_that_hangs_up_while_its_budget_is_reserved_leaves_no_reservation(engines, monkeypatch):
+    replica(model("llama", price=(1_000_000, 1_000_000)), engines().url)
+    secret = key()
+    Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=10**9, period="day")
+    admitting = asyncio.Event()
+    real_admit = Gateway.admit
+
+    async def slow_admit(self, *args):
+        admitting.set()
+        await asyncio.sleep(0.2)  # the client hangs up in here
+        return await real_admit(self, *args)
+
+    monkeypatch.setattr(Gateway, "admit", slow_admit)
+
+    async def scenario(app):
+        raw = json.dumps(hello("llama")).encode()
+        incoming: asyncio.Queue = asyncio.Queue()
+        incoming.put_nowait({"type": "http.request", "body": raw, "more_body": False})
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def hang_up():
+            await admitting.wait()
+            incoming.put_nowait({"type": "http.disconnect"})
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": CHAT,
+            "headers": [(b"authorization", f"Bearer {secret}".encode())],
+            "query_string": b"",
+        }
+        await asyncio.gather(app(scope, incoming.get, send), hang_up())
+        await asyncio.sleep(0.4)  # the admission finishes after the client left
+        return sent
+
+    sent = run(scenario)
+    assert sent == []  # nobody to answer
+    record = UsageRecord.objects.get()
+    assert (record.status, record.outcome, record.completion_tokens) == (499, "client_disconnected", 0)
+    assert Budget.objects.get().reserved_micros == 0
