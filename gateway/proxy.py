@@ -2,16 +2,18 @@
 
 1. Parse the body and find the model in the cached directory (a miss
    refreshes it; an unknown name is 404 once the key is known good).
-2. Admit in one database hop: key (401), model allowed (403), rate limits
-   without Redis (429), budgets reserved (429). With Redis the rate limits
-   are one Lua call after that.
+2. Admit in one database round trip for most requests: key (401), model
+   allowed (403), rate limits without Redis (429), budgets reserved (429) —
+   one statement from the event loop on PostgreSQL (gateway.pgpath), one hop
+   to an ORM thread elsewhere. With Redis the rate limits are one Lua call
+   after that.
 3. Route: the model's ready replicas by least load and prompt-prefix
    affinity; a replica that fails before answering is passed over for the
    next; then the fallbacks in order. A model scaled to zero is asked for
    (``placement.demand.request_replica``) and waited for, up to
    LLMGW_COLD_START_TIMEOUT_S.
-4. Relay the engine's answer as it comes: streamed events are passed on as
-   soon as each is complete.
+4. Relay the engine's answer as it comes: what arrived in one read is passed
+   on at once.
 5. Record usage and settle budgets whatever happened, a client that went
    away included (the ASGI app cancels this task, which closes the upstream
    request and lands here).
@@ -58,8 +60,9 @@ def _relax(conn) -> None:
     gateway's whole 2 ms budget; a crash that lost the last fraction of a
     second of reservations loses nothing a restart would not drop anyway.
     Locks and visibility are unchanged, so no two requests can ever take the
-    last of a budget. Usage records and settlements are written on another
-    thread, whose connection keeps full durability.
+    last of a budget. Usage records and settlements keep full durability:
+    on their own thread's connection (SQLite), or in a transaction that asks
+    for it (gateway.pgpath.PgPath.write).
     """
     raw = conn.connection
     if conn.vendor == "postgresql" and getattr(_relaxed, "raw", None) is not raw:
