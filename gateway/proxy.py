@@ -12,8 +12,8 @@
    next; then the fallbacks in order. A model scaled to zero is asked for
    (``placement.demand.request_replica``) and waited for, up to
    LLMGW_COLD_START_TIMEOUT_S.
-4. Relay the engine's answer as it comes: what arrived in one read is passed
-   on at once.
+4. Relay the engine's answer as it comes: each streamed event is passed on
+   as soon as it is complete, those that arrived together in one piece.
 5. Record usage and settle budgets whatever happened, a client that went
    away included (the ASGI app cancels this task, which closes the upstream
    request and lands here).
