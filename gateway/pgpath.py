@@ -267,10 +267,20 @@ class PgPath:
         async with self._connection() as conn:
             return await work(conn)
 
-    async def write(self, statements: list[budgets.Statement]) -> None:
-        """Run statements in one transaction that waits for the disk: usage records and settlements are the record."""
+    async def write(self, statements: list[budgets.Statement], copy: tuple[str, list[list]] | None = None) -> None:
+        """Copy rows in, then run statements, in one transaction that waits for the disk.
+
+        Usage records and settlements are the record: this commit, unlike the
+        reservations', is durable. ``copy`` is a COPY … FROM STDIN statement
+        and its rows.
+        """
         async with self._connection() as conn, conn.transaction():
             await conn.execute("SET LOCAL synchronous_commit TO ON")
+            if copy is not None:
+                sql, rows = copy
+                async with conn.cursor().copy(sql) as writer:
+                    for row in rows:
+                        await writer.write_row(row)
             for sql, params in statements:
                 await conn.execute(sql, params)
 

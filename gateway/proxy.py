@@ -140,7 +140,7 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.record_executor, _run, fn, args)
 
     async def _write_on_loop(self, batch) -> None:
-        await self.pg.write(usage.statements(batch, timezone.now()))
+        await self.pg.write(usage.statements(batch, timezone.now(), records=False), copy=usage.copy(batch))
 
     async def authenticate(self, secret: str) -> admission.Admission:
         if self.pg is not None:

