@@ -48,8 +48,8 @@ def period_start(period: str, now: datetime) -> datetime:
     return day.replace(day=1)
 
 
-def _starts(now: datetime) -> list[datetime]:
-    return [period_start(p, now) for p in (Period.DAY, Period.WEEK, Period.MONTH)]
+def _starts(now: datetime) -> dict[str, datetime]:
+    return {p.value: period_start(p, now) for p in (Period.DAY, Period.WEEK, Period.MONTH)}
 
 
 def _table() -> str:
@@ -57,7 +57,8 @@ def _table() -> str:
 
 
 # The start of each row's current period, chosen by its own period column.
-CURRENT = "(CASE period WHEN 'day' THEN %s WHEN 'week' THEN %s ELSE %s END)"
+# Named parameters: on PostgreSQL each is sent once however often it is used.
+CURRENT = "(CASE period WHEN 'day' THEN %(day)s WHEN 'week' THEN %(week)s ELSE %(month)s END)"
 # What the row has spent in its current period: nothing when the period has rolled over.
 SPENT = f"(CASE WHEN period_start < {CURRENT} THEN 0 ELSE spent_micros END)"
 
@@ -101,7 +102,7 @@ def explain_refusal(budget_ids: list[int], estimate: int, now: datetime) -> Refu
     return Refusal(budget_ids[0], "a budget over this key cannot cover this request now; try again")
 
 
-def reserve_sql(target: str = "%s") -> str:
+def reserve_sql(target: str = "%(budget_id)s") -> str:
     """Reserve on one budget if it can take the estimate: a conditional UPDATE.
 
     ``target`` is the SQL giving the budget's id: a parameter, or a subquery
@@ -111,15 +112,14 @@ def reserve_sql(target: str = "%s") -> str:
         f"UPDATE {_table()} SET "
         f"spent_micros = {SPENT}, "
         f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
-        f"reserved_micros = reserved_micros + %s "
-        f"WHERE id = {target} AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %s <= amount_micros"
+        f"reserved_micros = reserved_micros + %(estimate)s "
+        f"WHERE id = {target} AND {SPENT} < amount_micros AND {SPENT} + reserved_micros + %(estimate)s <= amount_micros"
     )
 
 
-def reserve_params(target: list, estimate: int, now: datetime) -> list:
-    """Parameters for ``reserve_sql``; ``target`` those of its target (``[budget_id]`` for the plain one)."""
-    c = _starts(now)
-    return [*c, *c, *c, estimate, *target, *c, *c, estimate]
+def reserve_params(estimate: int, now: datetime, **target) -> dict:
+    """Parameters for ``reserve_sql``; ``target`` those of its target (``budget_id=`` for the plain one)."""
+    return {**_starts(now), "estimate": estimate, **target}
 
 
 def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | None:
@@ -136,11 +136,11 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
     failed = None
     if len(budget_ids) == 1:
         with connection.cursor() as cursor:
-            cursor.execute(sql, reserve_params([budget_ids[0]], estimate, now))
+            cursor.execute(sql, reserve_params(estimate, now, budget_id=budget_ids[0]))
             return None if cursor.rowcount == 1 else explain_refusal(budget_ids, estimate, now)
     with transaction.atomic(), connection.cursor() as cursor:
         for budget_id in sorted(budget_ids):
-            cursor.execute(sql, reserve_params([budget_id], estimate, now))
+            cursor.execute(sql, reserve_params(estimate, now, budget_id=budget_id))
             if cursor.rowcount != 1:
                 failed = budget_id
                 transaction.set_rollback(True)
@@ -150,7 +150,7 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
     return explain_refusal([failed], estimate, now)
 
 
-Statement = tuple[str, list]
+Statement = tuple[str, list | dict]
 """One SQL statement and its parameters, for a Django cursor or a psycopg connection alike."""
 
 
@@ -170,12 +170,12 @@ def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) ->
     c = _starts(now)
     sql = (
         f"UPDATE {_table()} SET "
-        f"spent_micros = {SPENT} + %s, "
+        f"spent_micros = {SPENT} + %(cost)s, "
         f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
-        f"reserved_micros = CASE WHEN reserved_micros > %s THEN reserved_micros - %s ELSE 0 END "
-        f"WHERE id = %s"
+        f"reserved_micros = CASE WHEN reserved_micros > %(reserved)s THEN reserved_micros - %(reserved)s ELSE 0 END "
+        f"WHERE id = %(budget_id)s"
     )
-    return [(sql, [*c, totals[b][1], *c, *c, totals[b][0], totals[b][0], b]) for b in sorted(totals)]
+    return [(sql, {**c, "cost": totals[b][1], "reserved": totals[b][0], "budget_id": b}) for b in sorted(totals)]
 
 
 def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:

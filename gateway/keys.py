@@ -151,7 +151,7 @@ def lookup_sql() -> str:
         f"(SELECT b.id FROM {budget} b WHERE b.key_id = k.id), "
         f"(SELECT b.id FROM {budget} b WHERE b.team_id = k.team_id), "
         f"(SELECT b.id FROM {budget} b WHERE b.org_id = t.org_id) "
-        f"FROM {key} k JOIN {team} t ON t.id = k.team_id WHERE k.digest = %s"
+        f"FROM {key} k JOIN {team} t ON t.id = k.team_id WHERE k.digest = %(digest)s"
     )
 
 
@@ -189,6 +189,6 @@ def authenticate(secret: str) -> tuple[Caller | None, str]:
         return None, NO_KEY
     wanted = digest(secret)
     with connection.cursor() as cursor:
-        cursor.execute(lookup_sql(), [wanted])
+        cursor.execute(lookup_sql(), {"digest": wanted})
         row = cursor.fetchone()
     return caller_from_row(row, wanted)

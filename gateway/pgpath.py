@@ -64,14 +64,14 @@ def connection_params(alias: str = "default") -> dict | None:
 
 # The key may be used for this model (the names it is asked by), has one
 # budget over it, and no rate limit counted in the database stands in the way.
-# Parameters: the request's names (text[]), whether limits are counted in
-# the database. Agrees with admission.screen and ratelimit.limits; where
+# Parameters: ``names``, the request's names (text[]); ``db_limits``,
+# whether limits are counted in the database. Agrees with admission.screen and ratelimit.limits; where
 # the key is refused, or has several budgets, nothing is reserved and the
 # Python side decides as admission.admit does.
 _SIMPLE = (
     "k.revoked_at IS NULL AND num_nonnulls(k.key_budget, k.team_budget, k.org_budget) = 1 "
-    "AND (k.allowed_models IS NULL OR k.allowed_models ?| %s::text[]) "
-    "AND NOT (%s AND num_nonnulls(k.rpm, k.tpm, k.team_rpm, k.team_tpm) > 0)"
+    "AND (k.allowed_models IS NULL OR k.allowed_models ?| %(names)s::text[]) "
+    "AND NOT (%(db_limits)s AND num_nonnulls(k.rpm, k.tpm, k.team_rpm, k.team_tpm) > 0)"
 )
 
 
@@ -183,7 +183,7 @@ class PgPath:
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
         wanted = keys.digest(secret)
-        caller, why = keys.caller_from_row(await self._read(self.lookup_sql, [wanted]), wanted)
+        caller, why = keys.caller_from_row(await self._read(self.lookup_sql, {"digest": wanted}), wanted)
         return Admission(caller, None if caller else errors.unauthorized(why))
 
     async def admit(
@@ -202,9 +202,9 @@ class PgPath:
         wanted = keys.digest(secret)
         names = [requested, canonical, *aliases]
         if estimate is None:
-            row, tried, reserved = await self._read(self.lookup_sql, [wanted]), False, None
+            row, tried, reserved = await self._read(self.lookup_sql, {"digest": wanted}), False, None
         else:
-            params = [wanted, *budgets.reserve_params([names, db_limits], estimate, now), names, db_limits]
+            params = budgets.reserve_params(estimate, now, digest=wanted, names=names, db_limits=db_limits)
             found = await self._read(self.admit_sql, params)
             row, tried, reserved = (found[:13], found[13], found[14]) if found else (None, False, None)
         caller, why = keys.caller_from_row(row, wanted)
@@ -228,7 +228,7 @@ class PgPath:
             return await self.run_db(admission.over_budget, caller, [failed], estimate, now)
         return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
 
-    async def _read(self, sql: str, params: list):
+    async def _read(self, sql: str, params: dict):
         async def work(conn):
             cursor = await conn.execute(sql, params)
             return await cursor.fetchone()
@@ -255,7 +255,7 @@ class PgPath:
             with contextlib.suppress(_Rollback):
                 async with conn.transaction():
                     for budget_id in budget_ids:
-                        params = budgets.reserve_params([budget_id], estimate, now)
+                        params = budgets.reserve_params(estimate, now, budget_id=budget_id)
                         cursor = await conn.execute(self.reserve_sql, params)
                         if cursor.rowcount != 1:
                             failed = budget_id
