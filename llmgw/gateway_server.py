@@ -6,9 +6,9 @@ connection to one of them) while daphne serves the admin listener. Why a
 server of its own and processes of their own, measured with
 ``bench/gateway.py`` (docs/architecture.md has the figures):
 
-- the same gateway app adds 1.0 ms at p50 under daphne where it adds 0.7 ms
-  under uvicorn with httptools and uvloop, and serves 35–40 % fewer requests
-  per second: Twisted's HTTP handling and its hand-over to asyncio are the
+- the same gateway app adds 0.3–0.9 ms more at p50 under daphne than under
+  uvicorn with httptools and uvloop, and serves 27–43 % fewer requests per
+  second: Twisted's HTTP handling and its hand-over to asyncio are the
   difference;
 - a heartbeat storm on the admin listener cannot slow inference down, nor a
   burst of inference the heartbeats: each has its own processes and event
