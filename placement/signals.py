@@ -2,26 +2,61 @@
 
 Soon, not now: the caller is usually inside a transaction (an admin action,
 an API call, a heartbeat), so the task is queued once that commits, and the
-beat runs one every few seconds anyway. A broker that cannot be reached only delays
-placement to the next beat, so it never fails the caller's change.
+beat runs one every few seconds anyway. A broker that cannot be reached only
+delays placement to the next beat, so it never fails the caller's change.
+
+Changes that come together ask for one reconcile, not one each: a reconcile
+reads the whole state, so one queued after the last of them sees them all. A
+process queues at most one every ``COALESCE_S``; a change inside that window
+is covered by one more, queued when the window ends. (A heartbeat flush that
+found 300 nodes back had queued 300 reconciles, one per node, and spent most
+of its time doing so.)
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+COALESCE_S = 0.5
 
 
-def reconcile_soon(why: str) -> None:
-    """Queue a reconcile after the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: _enqueue(why))
+class _Coalescer:
+    """Queues the reconcile task at most once per window, with one more at the window's end if asked meanwhile."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.lock = threading.Lock()
+        self.last = -window_s
+        self.trailing: threading.Timer | None = None
+
+    def ask(self, why: str) -> None:
+        with self.lock:
+            wait = self.last + self.window_s - time.monotonic()
+            if wait <= 0 and self.trailing is None:
+                self.last = time.monotonic()
+                now = True
+            else:
+                now = False
+                if self.trailing is None:
+                    self.trailing = threading.Timer(max(wait, 0.0), self._window_ended)
+                    self.trailing.daemon = True
+                    self.trailing.start()
+        if now:
+            _send(why)
+
+    def _window_ended(self) -> None:
+        with self.lock:
+            self.trailing = None
+            self.last = time.monotonic()
+        _send("changes made while the last reconcile was being queued")
 
 
-def _enqueue(why: str) -> None:
-
+def _send(why: str) -> None:
     from placement.tasks import reconcile
 
     # The embedded broker too: its messages are written whole (llmgw.core.broker).
@@ -29,6 +64,14 @@ def _enqueue(why: str) -> None:
         reconcile.apply_async(expires=30)
     except Exception:
         log.warning("could not queue a reconcile (%s); the next beat runs one", why, exc_info=True)
+
+
+_coalescer = _Coalescer(COALESCE_S)
+
+
+def reconcile_soon(why: str) -> None:
+    """Queue a reconcile after the current transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: _coalescer.ask(why))
 
 
 def catalog_changed(model_name: str) -> None:

@@ -318,11 +318,15 @@ class Flusher(threading.Thread):
             return
         finally:
             close_old_connections()
-        for pk, name in result.came_back:
-            live.publish(
-                [live.fleet_group(), live.node_group(pk)],
-                live.Update(kind="node.reachable", subject=name, data={"node": pk}),
-            )
+        live.publish_many(
+            [
+                (
+                    [live.fleet_group(), live.node_group(pk)],
+                    live.Update(kind="node.reachable", subject=name, data={"node": pk}),
+                )
+                for pk, name in result.came_back
+            ]
+        )
 
 
 _flusher: Flusher | None = None

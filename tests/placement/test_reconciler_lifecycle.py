@@ -7,6 +7,7 @@ states reach the rows the way they do in production.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -268,18 +269,27 @@ def test_a_multi_node_replica_is_ready_when_every_rank_is_with_rank_zeros_endpoi
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_change_queues_a_reconcile_after_commit_on_either_broker(settings, monkeypatch):
+def test_changes_queue_one_reconcile_after_commit_and_one_more_for_those_that_came_meanwhile(monkeypatch):
     from django.db import transaction
 
     from placement import signals
 
     queued = []
-    monkeypatch.setattr(tasks.reconcile, "apply_async", lambda **kw: queued.append(kw))
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/9"
+    monkeypatch.setattr(tasks.reconcile, "apply_async", lambda **kw: queued.append(time.monotonic()))
+    monkeypatch.setattr(signals, "_coalescer", signals._Coalescer(0.3))
     with transaction.atomic():
         signals.node_state_changed("hgx-000")
         assert queued == [], "not before the change is committed"
     assert len(queued) == 1
-    settings.CELERY_BROKER_URL = "filesystem://"
+    # A burst (a flush that found 300 nodes back): one more reconcile, when the window ends.
+    for i in range(300):
+        signals.node_state_changed(f"hgx-{i:03}")
+    assert len(queued) == 1
+    deadline = time.monotonic() + 3
+    while len(queued) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    assert len(queued) == 2 and queued[1] - queued[0] >= 0.29
+    # Quiet again: the next change is queued at once.
     signals.catalog_changed("m")
-    assert len(queued) == 2, "the embedded broker takes it as well"
+    assert len(queued) == 3
