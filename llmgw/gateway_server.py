@@ -68,10 +68,12 @@ class GatewayProcesses:
 
     def _spawn(self) -> subprocess.Popen:
         fd = self.sock.fileno()
+        # No preexec_fn: this runs from the watcher thread too, and code run
+        # between fork and exec in a threaded process can deadlock. The child
+        # asks for its own death signal (main, below).
         return subprocess.Popen(
-            [sys.executable, "-m", "llmgw.gateway_server", "--fd", str(fd)],
+            [sys.executable, "-m", "llmgw.gateway_server", "--fd", str(fd), "--parent", str(os.getpid())],
             pass_fds=(fd,),
-            preexec_fn=die_with_parent,
         )
 
     def start(self) -> None:
@@ -148,7 +150,12 @@ async def _serve(sock: socket.socket) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llmgw.gateway_server")
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited from llmgw serve")
+    parser.add_argument("--parent", type=int, help="llmgw serve's pid: this process ends when it does")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        die_with_parent()
+        if os.getppid() != args.parent:
+            return 0  # llmgw serve ended before the death signal was asked for
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
     sock = socket.socket(fileno=args.fd)
     try:

@@ -229,3 +229,24 @@ def test_no_worker_flag_leaves_the_worker_out(tmp_path):
         assert json.loads(httpx.get(f"http://{server.gateway}/healthz").text)["status"] == "ok"
     finally:
         assert server.stop() == 0
+
+
+def test_the_gateway_processes_end_when_llmgw_serve_is_killed(tmp_path):
+    server = Server(tmp_path)
+    try:
+        server.wait_ready()
+        deadline = time.monotonic() + 20
+        while not (children := descendants(server.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gateways = [p for p in children if b"llmgw.gateway_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert gateways, "the gateway listener runs in a child process"
+        assert httpx.get(f"http://{server.gateway}/healthz").status_code == 200
+        server.proc.kill()  # no chance to stop them: the death signal has to
+        server.proc.wait()
+        deadline = time.monotonic() + 15
+        while [p for p in gateways if alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in gateways if alive(p)], "a gateway process outlived llmgw serve"
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
