@@ -9,7 +9,7 @@ In one go, on this machine:
    ``llmgw_bench_gateway`` database), with a key, a price, a team budget and
    a ready replica row pointing at the fake engine, so every request pays
    for authentication, budget reservation, routing and usage records; its
-   gateway listener is one uvicorn process (LLMGW_GATEWAY_WORKERS=1);
+   gateway listener is ``--workers`` uvicorn processes (default 1);
 3b. the same gateway application under daphne (the admin listener's
    server), the alternative measured (``--no-alternatives`` leaves it out);
 4. through LiteLLM's proxy, installed in its own virtual environment under
@@ -238,9 +238,14 @@ print(issued.secret)
     return env, out.stdout.strip().splitlines()[-1]
 
 
-def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path) -> subprocess.Popen:
+def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path, workers: int = 1) -> subprocess.Popen:
     full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    full.update(env, LLMGW_ADMIN_ADDR=f"127.0.0.1:{admin}", LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}")
+    full.update(
+        env,
+        LLMGW_ADMIN_ADDR=f"127.0.0.1:{admin}",
+        LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}",
+        LLMGW_GATEWAY_WORKERS=str(workers),
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"],
         cwd=ROOT,
@@ -363,6 +368,7 @@ def main() -> int:
         "--litellm-venv", type=Path, default=Path(tempfile.gettempdir()) / "llmgw-bench" / "litellm-venv"
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="LLMGW_GATEWAY_WORKERS for llmgw's path")
     parser.add_argument("--no-alternatives", action="store_true", help="leave out llmgw's app under daphne")
     args = parser.parse_args()
 
@@ -374,7 +380,7 @@ def main() -> int:
         engine_url = f"http://127.0.0.1:{engine_port}"
         env, key = prepare_llmgw(engine_url, work / "data")
         gateway_port = free_port()
-        procs.append(start_llmgw(env, free_port(), gateway_port, work / "serve.log"))
+        procs.append(start_llmgw(env, free_port(), gateway_port, work / "serve.log", args.workers))
         targets = [
             Target("direct", engine_port, "/v1/chat/completions"),
             Target("llmgw", gateway_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"}),
