@@ -238,45 +238,32 @@ print(issued.secret)
     return env, out.stdout.strip().splitlines()[-1]
 
 
-def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path, workers: int = 1) -> subprocess.Popen:
+def launch(cmd: list[str], env: dict[str, str], log: Path, ready_url: str) -> subprocess.Popen:
+    """Start one of llmgw's servers with ``env`` over a clean environment; return once ``ready_url`` answers."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    full.update(
-        env,
-        LLMGW_ADMIN_ADDR=f"127.0.0.1:{admin}",
-        LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}",
-        LLMGW_GATEWAY_WORKERS=str(workers),
-    )
+    full.update(env, DJANGO_SETTINGS_MODULE="llmgw.settings")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"],
-        cwd=ROOT,
-        env=full,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        cmd, cwd=ROOT, env=full, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
-    wait_http(f"http://127.0.0.1:{admin}/healthz", 60, proc, log)
+    wait_http(ready_url, 60, proc, log)
     return proc
+
+
+def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path, workers: int = 1) -> subprocess.Popen:
+    addrs = {
+        "LLMGW_ADMIN_ADDR": f"127.0.0.1:{admin}",
+        "LLMGW_GATEWAY_ADDR": f"127.0.0.1:{gateway}",
+        "LLMGW_GATEWAY_WORKERS": str(workers),
+    }
+    cmd = [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"]
+    return launch(cmd, {**env, **addrs}, log, f"http://127.0.0.1:{admin}/healthz")
 
 
 def start_llmgw_daphne(env: dict[str, str], gateway: int, log: Path) -> subprocess.Popen:
     """The same gateway application under daphne, the admin listener's server: the alternative, measured."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    full.update(
-        env,
-        LLMGW_ADMIN_ADDR=f"127.0.0.1:{free_port()}",
-        LLMGW_GATEWAY_ADDR=f"127.0.0.1:{gateway}",
-        DJANGO_SETTINGS_MODULE="llmgw.settings",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(gateway), "llmgw.asgi_gateway:application"],
-        cwd=ROOT,
-        env=full,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    wait_http(f"http://127.0.0.1:{gateway}/healthz", 60, proc, log)
-    return proc
+    addrs = {"LLMGW_ADMIN_ADDR": f"127.0.0.1:{free_port()}", "LLMGW_GATEWAY_ADDR": f"127.0.0.1:{gateway}"}
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(gateway), "llmgw.asgi_gateway:application"]
+    return launch(cmd, {**env, **addrs}, log, f"http://127.0.0.1:{gateway}/healthz")
 
 
 def litellm_bin(venv: Path) -> Path | None:
