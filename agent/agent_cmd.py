@@ -188,7 +188,8 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         on_registered=lambda reg: save_credential(settings.state_dir, settings.server, reg),
         on_shards=supervisor.apply,
         on_scan=run_scan,
-        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs),
+        # The shards' weights are asked for again right before each deletion.
+        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, supervisor.weights_in_use),
     )
     try:
         await loop.run(stop)

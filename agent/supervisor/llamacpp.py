@@ -1,8 +1,15 @@
 """llama.cpp's command line, through llama-cpp-python's server (``llama-cpp-python[server]``):
-``python -m llama_cpp.server --model <gguf> --port P --host 0.0.0.0``.
+``python -m llama_cpp.server --model <gguf> --host H --port P``.
 
 The weights may be a directory: the server wants one GGUF file, so the
 largest ``.gguf`` in it is taken (split files are not supported here).
+
+Its settings are also read from the environment, and there ``HOST`` and
+``PORT`` beat the flags and ``CONFIG_FILE`` replaces them all; so the
+environment names the address too, blanks ``CONFIG_FILE``, and carries the
+replica's key as ``API_KEY`` (out of ``ps``; every route but ``/docs``
+then wants it). The server prints no request bodies, verbose or not
+(llama-cpp-python 0.3.36: model metadata, timings and cache hits only).
 """
 
 from __future__ import annotations
@@ -29,21 +36,15 @@ def gguf_file(weights: str) -> str:
     return str(path)
 
 
-def command(spec: ShardSpec, weights: str, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        gguf_file(weights),
-        "--model_alias",
-        spec.model,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(port),
-        *spec.engine_args,
-    ]
+def command(spec: ShardSpec, weights: str, port: int, host: str) -> list[str]:
+    # The profile's arguments come first, so where one repeats a flag ours win.
+    head = [sys.executable, "-m", "llama_cpp.server", *spec.engine_args]
+    return [*head, "--model", gguf_file(weights), "--model_alias", spec.model, "--host", host, "--port", str(port)]
+
+
+def environment(spec: ShardSpec, host: str, port: int) -> dict[str, str | None]:
+    """What the engine's environment must hold (None: must not hold) whatever the node's own says."""
+    return {"HOST": host, "PORT": str(port), "CONFIG_FILE": "", "API_KEY": spec.api_key or None}
 
 
 def serves_api(spec: ShardSpec) -> bool:

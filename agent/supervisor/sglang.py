@@ -1,4 +1,13 @@
-"""SGLang's command line: ``python -m sglang.launch_server --model-path <model> --port P --tp-size tp ...``."""
+"""SGLang's command line: ``python -m sglang.launch_server --model-path <model> --host H --port P --tp-size tp ...``.
+
+The replica's key is given as ``--api-key``: SGLang reads it from nowhere
+else. It therefore shows in ``ps`` on the node, and SGLang prints its
+arguments at start; the supervisor blanks the key out of every log line it
+sends to the control plane.
+
+Requests stay out of the log: SGLang logs them only when given
+``--log-requests``, which profiles may not pass (catalog.rules).
+"""
 
 from __future__ import annotations
 
@@ -9,29 +18,24 @@ from agent.supervisor.spec import ShardSpec
 PROBE_PATHS = ("/health", "/v1/models")
 
 
-def command(spec: ShardSpec, weights: str, port: int) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        weights,
-        "--served-model-name",
-        spec.model,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(port),
-        "--tp-size",
-        str(spec.tp),
-    ]
+def command(spec: ShardSpec, weights: str, port: int, host: str) -> list[str]:
+    # The profile's arguments come first, so where one repeats a flag ours win.
+    cmd = [sys.executable, "-m", "sglang.launch_server", *spec.engine_args, "--model-path", weights]
+    cmd += ["--served-model-name", spec.model, "--host", host, "--port", str(port), "--tp-size", str(spec.tp)]
+    if spec.api_key:
+        cmd += ["--api-key", spec.api_key]
     if spec.pp > 1:
         cmd += ["--pp-size", str(spec.pp)]
     dist = spec.distributed_env()
     if dist:
         addr = f"{dist['MASTER_ADDR']}:{dist['MASTER_PORT']}"
         cmd += ["--nnodes", dist["WORLD_SIZE"], "--node-rank", dist["NODE_RANK"], "--dist-init-addr", addr]
-    return cmd + list(spec.engine_args)
+    return cmd
+
+
+def environment(spec: ShardSpec, host: str, port: int) -> dict[str, str | None]:
+    """What the engine's environment must hold (None: must not hold) whatever the node's own says."""
+    return {}
 
 
 def serves_api(spec: ShardSpec) -> bool:

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+# A shard id names its log file on this node: letters, digits, '-' and '_'
+# only, so no id a control plane sends can name a path of its choosing.
+SHARD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
+
+
+class BadSpec(ValueError):
+    """An assignment this agent cannot run as given, in one sentence."""
 
 
 @dataclass(frozen=True)
@@ -13,7 +22,9 @@ class ShardSpec:
     ``env`` is placement's environment for the engine (CUDA_VISIBLE_DEVICES,
     and for a multi-node shard LLMGW_NODE_RANK / LLMGW_NNODES /
     LLMGW_MASTER_NODE). ``tp``/``pp`` default to 1 when absent (an older
-    control plane).
+    control plane). ``api_key`` is the replica's secret, which the engine
+    must require and the gateway sends; empty when the control plane gave
+    none (an older one). It is never printed: it stays out of ``repr``.
     """
 
     id: str
@@ -28,15 +39,32 @@ class ShardSpec:
     tp: int = 1
     pp: int = 1
     nodes: int = 1
+    api_key: str = field(default="", repr=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_assignment(cls, data: dict) -> ShardSpec:
+        """The spec, or :class:`BadSpec` for an id that could name a path or a field of the wrong kind."""
+        try:
+            return cls._read(data)
+        except BadSpec:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise BadSpec(f"the assignment {str(data.get('id'))[:80]!r} has a field of the wrong kind: {exc}") from None
+
+    @classmethod
+    def _read(cls, data: dict) -> ShardSpec:
         replica = str(data.get("replica") or "")
         rank = int(data.get("rank") or 0)
+        shard_id = str(data.get("id") or f"{replica}-{rank}")
+        if not SHARD_ID_RE.match(shard_id):
+            raise BadSpec(f"shard id {shard_id[:80]!r} is not letters, digits, '-' and '_' (at most 80): not run")
+        key = str(data.get("api_key") or "")
+        if not key.isprintable() or " " in key:
+            raise BadSpec(f"shard {shard_id}: its key is not one printable word: not run")
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
         return cls(
-            id=str(data.get("id") or f"{replica}-{rank}"),
+            id=shard_id,
             replica=replica,
             model=str(data.get("model") or ""),
             rank=rank,
@@ -48,6 +76,7 @@ class ShardSpec:
             tp=int(data.get("tp") or 1),
             pp=int(data.get("pp") or 1),
             nodes=int(data.get("nodes") or 1),
+            api_key=key,
         )
 
     @property

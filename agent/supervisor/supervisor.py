@@ -4,8 +4,10 @@ A shard's life, each step reported in the heartbeat's shard status:
 
 1. ``fetching``: weights not on disk are fetched (bytes done, and total when known).
 2. ``starting``: the engine starts with the shard's environment, its output
-   going to a log file kept per shard; it is probed (GET /v1/models or
-   /health) until it answers.
+   going to a log file kept per shard (named by the shard id, which
+   ShardSpec checks first); it listens on the node's advertised address
+   only, never 0.0.0.0, and wants the replica's key on every request; it is
+   probed there (GET /v1/models or /health, with the key) until it answers.
 3. ``ready``: answering, at ``http://<advertised host>:<port>``.
 4. ``failed``: the fetch failed, the engine exited, or it never answered
    within the start timeout; the error comes with the log's last lines. A
@@ -13,6 +15,10 @@ A shard's life, each step reported in the heartbeat's shard status:
 5. ``stopping``: no longer in the heartbeat answer: SIGTERM to the engine's
    process group, then SIGKILL after the stop timeout. Once gone, the shard
    is no longer listed.
+
+The key never leaves the node through this supervisor: every log line it
+reports (``log_tail``, and with it the shard's error) has the key blanked
+out, the command line it writes into the log included.
 """
 
 from __future__ import annotations
@@ -26,17 +32,19 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import httpx
 
 from agent.supervisor.engines import engine
 from agent.supervisor.fetch import FetchError, Progress, download_dir, fetch
 from agent.supervisor.llamacpp import NoGguf
-from agent.supervisor.spec import ShardSpec
+from agent.supervisor.spec import BadSpec, ShardSpec
 
 log = logging.getLogger("llmgw.agent.supervisor")
 
 LOG_TAIL_LINES = 20
+REDACTED = "[key]"
 PROBE_INTERVAL_S = 0.5
 START_TIMEOUT_S = 1800.0  # a 400 GB checkpoint takes a while to load
 STOP_TIMEOUT_S = 30.0
@@ -48,8 +56,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last lines of a log; empty when there is none yet."""
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES, secret: str = "") -> list[str]:
+    """The last lines of a log, ``secret`` blanked out; empty when there is none yet."""
     if path is None:
         return []
     try:
@@ -59,6 +67,8 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
             text = fh.read().decode("utf-8", "replace")
     except OSError:
         return []
+    if secret:
+        text = text.replace(secret, REDACTED)
     return [line[:500] for line in text.splitlines()[-lines:]]
 
 
@@ -71,6 +81,7 @@ class ShardRun:
     progress: Progress | None = None
     port: int | None = None
     log_path: Path | None = None
+    weights: Path | None = None
     proc: asyncio.subprocess.Process | None = None
     task: asyncio.Task | None = None
     stopper: asyncio.Task | None = None
@@ -82,7 +93,7 @@ class ShardRun:
             out["endpoint"] = self.endpoint
         if self.error:
             out["error"] = self.error
-        tail = log_tail(self.log_path)
+        tail = log_tail(self.log_path, secret=self.spec.api_key)
         if tail:
             out["log_tail"] = tail
         if self.progress is not None:
@@ -110,6 +121,7 @@ class Supervisor:
         self.stop_timeout_s = stop_timeout_s
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.runs: dict[str, ShardRun] = {}
+        self.refused: set[str] = set()
 
     # --- what the control plane wants -------------------------------------------
 
@@ -118,7 +130,11 @@ class Supervisor:
         wanted = {}
         for data in assignments:
             if isinstance(data, dict):
-                spec = ShardSpec.from_assignment(data)
+                try:
+                    spec = ShardSpec.from_assignment(data)
+                except BadSpec as exc:
+                    self._refuse(str(exc))
+                    continue
                 wanted[spec.id] = spec
         for shard_id, run in list(self.runs.items()):
             if shard_id not in wanted and run.stopper is None:
@@ -130,8 +146,26 @@ class Supervisor:
                 self.runs[shard_id] = run
                 run.task = asyncio.create_task(self._run(run), name=f"shard:{shard_id}")
 
+    def _refuse(self, why: str) -> None:
+        """Logged once: the control plane sends the same assignment with every heartbeat answer."""
+        if why not in self.refused:
+            self.refused.add(why)
+            log.warning("assignment refused: %s", why)
+
     def status(self) -> list[dict]:
         return [run.status() for run in self.runs.values()]
+
+    def weights_in_use(self) -> list[Path]:
+        """The weights the shards here use or are fetching: never collected from under them.
+
+        Safe to call from another thread (collecting runs on one): it reads a copy of the runs.
+        """
+        used: list[Path] = []
+        for run in tuple(self.runs.values()):
+            if run.weights is not None:
+                used.append(run.weights)
+            used += source_paths(run.spec.source, self.model_dirs, self.work_dir / "weights")
+        return used
 
     async def close(self) -> None:
         """Stop every shard (the agent is shutting down)."""
@@ -158,13 +192,15 @@ class Supervisor:
         try:
             run.progress = Progress(source=spec.source)
             weights = await fetch(spec.source, download_dir(self.model_dirs, self.work_dir / "weights"), run.progress)
+            run.weights = Path(weights)
             run.port = free_port()
-            cmd = module.command(spec, str(weights), run.port)
+            cmd = module.command(spec, str(weights), run.port, self.advertise_host)
         except (FetchError, NoGguf) as exc:
             self._fail(run, str(exc))
             return
         run.state = "starting"
-        if not await self._start(run, cmd):
+        engine_env = getattr(module, "environment", _no_env)(spec, self.advertise_host, run.port)
+        if not await self._start(run, cmd, engine_env):
             return
         if module.serves_api(spec):
             if not await self._probe(run, module.PROBE_PATHS):
@@ -175,14 +211,18 @@ class Supervisor:
         code = await run.proc.wait()
         self._fail(run, f"the engine exited with status {code}")
 
-    async def _start(self, run: ShardRun, cmd: list[str]) -> bool:
+    async def _start(self, run: ShardRun, cmd: list[str], engine_env: dict[str, str | None]) -> bool:
         logs = self.work_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         run.log_path = logs / f"{run.spec.id}.log"
-        env = {**self.base_env, **run.spec.environment, **run.spec.distributed_env()}
+        env = {**self.base_env, **run.spec.environment, **run.spec.distributed_env(), **engine_env}
+        env = {k: v for k, v in env.items() if v is not None}
+        shown = " ".join(cmd).replace(run.spec.api_key, REDACTED) if run.spec.api_key else " ".join(cmd)
         try:
             with run.log_path.open("ab") as out:
-                out.write(f"llmgw: starting {' '.join(cmd)}\n".encode())
+                out.write(f"llmgw: starting {shown}\n".encode())
+                if not run.spec.api_key:
+                    out.write(b"llmgw: the control plane gave no key: anyone who reaches this address is served\n")
                 out.flush()
                 run.proc = await asyncio.create_subprocess_exec(
                     *cmd, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
@@ -196,14 +236,15 @@ class Supervisor:
         """Until the engine answers one of ``paths`` with 200; False when it exits or takes too long."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout_s
-        async with httpx.AsyncClient(timeout=5) as client:
+        headers = {"Authorization": f"Bearer {run.spec.api_key}"} if run.spec.api_key else {}
+        async with httpx.AsyncClient(timeout=5, headers=headers) as client:
             while loop.time() < deadline:
                 if run.proc.returncode is not None:
                     self._fail(run, f"the engine exited with status {run.proc.returncode} while starting")
                     return False
                 for path in paths:
                     with contextlib.suppress(httpx.HTTPError):
-                        if (await client.get(f"http://127.0.0.1:{run.port}{path}")).status_code == 200:
+                        if (await client.get(f"http://{self.advertise_host}:{run.port}{path}")).status_code == 200:
                             return True
                 await asyncio.sleep(PROBE_INTERVAL_S)
         self._fail(run, f"the engine did not answer within {self.start_timeout_s:.0f} s")
@@ -234,3 +275,18 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+def _no_env(spec: ShardSpec, host: str, port: int) -> dict[str, str | None]:
+    return {}
+
+
+def source_paths(source: str, model_dirs: Sequence[Path], fallback: Path) -> list[Path]:
+    """Where a source's weights are, or will be once fetched: a file:// path, an hf:// repository's cache folder."""
+    if source.startswith("file://"):
+        return [Path(unquote(urlparse(source).path))]
+    if source.startswith("hf://"):
+        repo = source.removeprefix("hf://").strip("/").split("@", 1)[0]
+        if repo:
+            return [download_dir(model_dirs, fallback) / "hf" / ("models--" + repo.replace("/", "--"))]
+    return []

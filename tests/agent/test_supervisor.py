@@ -19,7 +19,7 @@ import pytest
 
 from agent.supervisor import engines, fetch, llamacpp, sglang, vllm
 from agent.supervisor.spec import ShardSpec
-from agent.supervisor.supervisor import Supervisor
+from agent.supervisor.supervisor import ShardRun, Supervisor
 
 
 def spec(**kw) -> ShardSpec:
@@ -30,11 +30,52 @@ def spec(**kw) -> ShardSpec:
 # --- command lines ------------------------------------------------------------------
 
 
-def test_vllm_command_line():
-    cmd = vllm.command(spec(engine="vllm", tp=4, engine_args=["--max-model-len", "8192"]), "/w/llama", 8001)
-    assert cmd[:3] == ["vllm", "serve", "/w/llama"]
-    assert cmd[cmd.index("--port") + 1] == "8001" and cmd[cmd.index("--tensor-parallel-size") + 1] == "4"
-    assert cmd[-2:] == ["--max-model-len", "8192"] and "--nnodes" not in cmd
+def last(cmd: list[str], flag: str) -> str:
+    """The value an argparse command line ends up with: the last one given."""
+    return cmd[len(cmd) - 1 - cmd[::-1].index(flag) + 1]
+
+
+def test_vllm_command_line(monkeypatch):
+    monkeypatch.setattr(vllm, "installed_version", lambda: (0, 11, 0))
+    args = ["--max-model-len", "8192", "--host", "0.0.0.0", "--enable-log-requests"]
+    s = spec(engine="vllm", tp=4, engine_args=args, api_key="k-secret")
+    cmd = vllm.command(s, "/w/llama", 8001, "10.0.0.7")
+    assert cmd[:3] == ["vllm", "serve", "/w/llama"] and cmd[3:8] == args
+    assert last(cmd, "--port") == "8001" and last(cmd, "--tensor-parallel-size") == "4"
+    assert last(cmd, "--host") == "10.0.0.7", "bound to the advertised address whatever the profile says"
+    assert cmd.index("--no-enable-log-requests") > cmd.index("--enable-log-requests"), "prompts stay out of the log"
+    assert "k-secret" not in " ".join(cmd) and "--nnodes" not in cmd
+    assert vllm.environment(s, "10.0.0.7", 8001) == {"VLLM_API_KEY": "k-secret"}
+    assert vllm.environment(spec(engine="vllm"), "h", 1) == {"VLLM_API_KEY": None}, "the node's own is not used"
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [
+        ((0, 6, 3), "--disable-log-requests"),
+        ((0, 10, 1), "--no-enable-log-requests"),
+        (None, "--no-enable-log-requests"),
+    ],
+)
+def test_vllm_is_told_to_keep_requests_out_of_its_log_in_the_words_its_version_knows(version, flag):
+    assert vllm.quiet_flag(version) == flag
+
+
+def test_sglang_and_llamacpp_bind_the_address_and_want_the_key(tmp_path):
+    s = spec(engine="sglang", api_key="k-secret", engine_args=["--port", "1"])
+    cmd = sglang.command(s, "/w", 8001, "10.0.0.7")
+    assert last(cmd, "--host") == "10.0.0.7" and last(cmd, "--port") == "8001"
+    assert last(cmd, "--api-key") == "k-secret" and "--log-requests" not in cmd
+    (tmp_path / "m.gguf").write_bytes(b"x")
+    s = spec(engine="llamacpp", api_key="k-secret")
+    cmd = llamacpp.command(s, str(tmp_path), 9000, "10.0.0.7")
+    assert last(cmd, "--host") == "10.0.0.7" and "k-secret" not in cmd
+    assert llamacpp.environment(s, "10.0.0.7", 9000) == {
+        "HOST": "10.0.0.7",  # llama_cpp.server lets HOST and PORT beat its flags
+        "PORT": "9000",
+        "CONFIG_FILE": "",
+        "API_KEY": "k-secret",
+    }
 
 
 def test_multi_node_shards_get_rank_world_and_master():
@@ -46,23 +87,23 @@ def test_multi_node_shards_get_rank_world_and_master():
         "MASTER_ADDR": "tray-00",
         "MASTER_PORT": "29500",
     }
-    cmd = vllm.command(s, "/w", 8001)
+    cmd = vllm.command(s, "/w", 8001, "h")
     assert cmd[cmd.index("--node-rank") + 1] == "1" and "--headless" in cmd and not vllm.serves_api(s)
-    cmd = sglang.command(s, "/w", 8001)
+    cmd = sglang.command(s, "/w", 8001, "h")
     assert cmd[cmd.index("--dist-init-addr") + 1] == "tray-00:29500" and cmd[cmd.index("--nnodes") + 1] == "2"
 
 
 def test_llamacpp_takes_the_gguf_inside_a_directory(tmp_path):
     (tmp_path / "small.gguf").write_bytes(b"x")
     (tmp_path / "big.gguf").write_bytes(b"xxxx")
-    cmd = llamacpp.command(spec(engine="llamacpp"), str(tmp_path), 9000)
+    cmd = llamacpp.command(spec(engine="llamacpp"), str(tmp_path), 9000, "10.0.0.7")
     assert cmd[1:3] == ["-m", "llama_cpp.server"]
     assert cmd[cmd.index("--model") + 1] == str(tmp_path / "big.gguf")
-    assert cmd[cmd.index("--host") + 1] == "0.0.0.0" and cmd[cmd.index("--port") + 1] == "9000"
+    assert cmd[cmd.index("--host") + 1] == "10.0.0.7" and cmd[cmd.index("--port") + 1] == "9000"
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(llamacpp.NoGguf, match=r"no \.gguf"):
-        llamacpp.command(spec(engine="llamacpp"), str(empty), 9000)
+        llamacpp.command(spec(engine="llamacpp"), str(empty), 9000, "h")
 
 
 # --- fetching -------------------------------------------------------------------------
@@ -131,14 +172,14 @@ def test_hf_without_huggingface_hub_says_so(tmp_path, monkeypatch):
 def fake_engine(tmp_path: Path) -> SimpleNamespace:
     """The simulator's fake engine, as a command line, standing in for vLLM."""
 
-    def command(s, weights, port):
+    def command(s, weights, port, host):
         return [sys.executable, "-m", "agent.simulator.engine", "--model", s.model, "--port", str(port)]
 
     return SimpleNamespace(command=command, serves_api=lambda s: True, PROBE_PATHS=("/health",))
 
 
 def script_engine(code: str) -> SimpleNamespace:
-    def command(s, weights, port):
+    def command(s, weights, port, host):
         return [sys.executable, "-c", code]
 
     return SimpleNamespace(command=command, serves_api=lambda s: True, PROBE_PATHS=("/health",))
@@ -164,11 +205,11 @@ def test_a_shard_starts_answers_and_stops_gracefully(tmp_path, monkeypatch):
     monkeypatch.setitem(engines.ENGINES, "fake", fake_engine(tmp_path))
 
     async def scenario():
-        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="node-7.example", stop_timeout_s=5)
+        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="127.0.0.1", stop_timeout_s=5)
         sup.apply([assignment(tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})])
         assert sup.status()[0]["state"] in ("fetching", "starting")
         ready = await wait_for(sup, "ready")
-        assert ready["endpoint"].startswith("http://node-7.example:")
+        assert ready["endpoint"].startswith("http://127.0.0.1:")
         assert ready["fetch"]["bytes_done"] == ready["fetch"]["bytes_total"] == 1
         port = sup.runs["r1-0"].port
         async with httpx.AsyncClient() as client:
@@ -245,3 +286,92 @@ def test_an_unknown_engine_or_bad_source_fails_the_shard(tmp_path):
         assert "not hf://" in by_id["b-0"]["error"] and by_id["b-0"]["state"] == "failed"
 
     run(scenario())
+
+
+# --- the engine's address and key ---------------------------------------------------------
+
+KEYED_ENGINE = """
+import http.server, os, sys
+host, port, key = sys.argv[1], int(sys.argv[2]), os.environ["FAKE_KEY"]
+print("engine args: api_key=" + key, flush=True)  # as SGLang prints its arguments
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "Bearer " + key
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer((host, port), Handler).serve_forever()
+"""
+
+
+def keyed_engine() -> SimpleNamespace:
+    """Listens where it is told and wants the key, like vLLM given --host and VLLM_API_KEY."""
+
+    def command(s, weights, port, host):
+        return [sys.executable, "-c", KEYED_ENGINE, host, str(port)]
+
+    def environment(s, host, port):
+        return {"FAKE_KEY": s.api_key}
+
+    return SimpleNamespace(
+        command=command, environment=environment, serves_api=lambda s: True, PROBE_PATHS=("/v1/models",)
+    )
+
+
+def test_an_engine_listens_on_the_advertised_address_only_and_wants_the_replica_key(tmp_path, monkeypatch):
+    monkeypatch.setitem(engines.ENGINES, "fake", keyed_engine())
+    key = "k-0123456789abcdef"
+
+    async def scenario():
+        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="127.0.0.1", stop_timeout_s=5)
+        sup.apply([assignment(tmp_path, api_key=key)])
+        ready = await wait_for(sup, "ready")
+        port = sup.runs["r1-0"].port
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{ready['endpoint']}/v1/models")).status_code == 401
+            auth = {"Authorization": f"Bearer {key}"}
+            assert (await client.get(f"{ready['endpoint']}/v1/models", headers=auth)).status_code == 200
+            with pytest.raises(httpx.ConnectError):
+                await client.get(f"http://127.0.0.2:{port}/v1/models", headers=auth)
+        sent = repr(sup.status())
+        assert key not in sent and "api_key=[key]" in sent, "the key is blanked out of what the node reports"
+        assert key in (tmp_path / "work" / "logs" / "r1-0.log").read_text(), "the log on the node is whole"
+        assert key not in repr(sup.runs["r1-0"].spec)
+        await sup.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("shard_id", ["../../escape", "a/b", ".hidden", "x" * 81, "r1-0\nforged"])
+def test_a_shard_id_that_could_name_a_path_is_not_run(tmp_path, monkeypatch, shard_id):
+    monkeypatch.setitem(engines.ENGINES, "fake", fake_engine(tmp_path))
+
+    async def scenario():
+        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="127.0.0.1")
+        sup.apply([assignment(tmp_path, id=shard_id), assignment(tmp_path, id="r2-0", rank="zero")])
+        sup.apply([assignment(tmp_path, id=shard_id)])
+        assert sup.runs == {} and sup.status() == []
+        assert len(sup.refused) == 2, "each refusal is logged once, not at every heartbeat"
+
+    run(scenario())
+    assert not (tmp_path / "escape.log").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_weights_a_shard_uses_or_fetches_are_in_use(tmp_path):
+    async def scenario():
+        sup = Supervisor(work_dir=tmp_path / "work", model_dirs=[tmp_path / "models"], advertise_host="h")
+        sup.runs["a-0"] = ShardRun(spec(id="a-0", source="hf://org/llama@main"))
+        sup.runs["b-0"] = ShardRun(spec(id="b-0", source="file:///models/x.gguf"), weights=Path("/models/x.gguf"))
+        return sup.weights_in_use()
+
+    assert run(scenario()) == [
+        tmp_path / "models" / "hf" / "models--org--llama",
+        Path("/models/x.gguf"),
+        Path("/models/x.gguf"),
+    ]
