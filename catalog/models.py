@@ -203,6 +203,9 @@ class Profile(models.Model):
             problems.append("engine arguments must be a list of strings")
         if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
             problems.append("the environment must map names to string values")
+        else:
+            args = self.engine_args if isinstance(self.engine_args, list) else []
+            problems += rules.launch_problems([a for a in args if isinstance(a, str)], self.env)
         if problems:
             raise ValidationError(problems)
 
