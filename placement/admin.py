@@ -36,7 +36,8 @@ class ReplicaAdmin(admin.ModelAdmin):
     inlines = [ShardInline]
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Replica._meta.fields]
+        # The engine key is not shown: it opens the engine to whoever reads it.
+        return [f.name for f in Replica._meta.fields if f.name != "engine_key"]
 
     def has_add_permission(self, request):
         return False

@@ -10,7 +10,9 @@ def for_node(node_id: int) -> list[dict]:
 
     A replica being stopped is left out, which is how its agent learns to stop
     it. ``engine`` None means the replica's profile was removed since it was
-    placed: the agent reports that as the shard's failure.
+    placed: the agent reports that as the shard's failure. ``api_key`` is the
+    replica's engine key: this answer, to the node that runs the shard, is
+    the only place it goes besides the gateway.
     """
     return for_nodes([node_id]).get(node_id, [])
 
@@ -45,4 +47,5 @@ def _describe(shard: Shard) -> dict:
         "tp": profile.tp if profile else 1,
         "pp": profile.pp if profile else 1,
         "nodes": profile.nodes if profile else 1,
+        "api_key": replica.engine_key,
     }

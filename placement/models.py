@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 from django.db import models
@@ -33,6 +34,11 @@ def _short_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def new_engine_key() -> str:
+    """A replica's engine key: 256 random bits, URL-safe, one header word."""
+    return secrets.token_urlsafe(32)
+
+
 class Replica(models.Model):
     """One running copy of a model, on one or more nodes.
 
@@ -41,6 +47,11 @@ class Replica(models.Model):
     ``last_used_at`` NULL means no request has been routed to it yet: the API
     shows ``idle_seconds`` -1 for it, while idle scale-down counts its idleness
     from its creation.
+
+    ``engine_key`` is the secret the replica's engine requires on every
+    request: the gateway sends it, and the nodes that run the replica get it
+    in their shard assignments and nowhere else. No listing, page or log
+    shows it.
 
     """
 
@@ -56,6 +67,7 @@ class Replica(models.Model):
         NVLinkDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
     )
     endpoint = models.CharField(max_length=300, blank=True)
+    engine_key = models.CharField(max_length=64, default=new_engine_key, editable=False)
     replaces = models.ForeignKey(
         "self",
         null=True,
