@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from catalog.models import Alias, CatalogModel, Fallback
 from gateway.models import Price
@@ -45,6 +46,8 @@ class Snapshot:
     """Every name and alias to its model."""
     replicas: dict[int, tuple[ReplicaEntry, ...]] = field(default_factory=dict)
     """Ready replicas with an endpoint, by model id; absent: none is ready."""
+    engine_keys: dict[tuple[str, int], str] = field(default_factory=dict, repr=False)
+    """Each ready engine's key by its (host, port), for upstream.Client to send."""
     taken_at: float = 0.0
 
 
@@ -81,15 +84,29 @@ def load() -> Snapshot:
         for alias in entry.aliases:
             by_name[alias] = entry
     replicas: dict[int, list[ReplicaEntry]] = {}
+    engine_keys: dict[tuple[str, int], str] = {}
     ready = Replica.objects.filter(state=ReplicaState.READY).exclude(endpoint="").order_by("created_at")
-    for replica_id, model_id, endpoint in ready.values_list("id", "model_id", "endpoint"):
+    for replica_id, model_id, endpoint, key in ready.values_list("id", "model_id", "endpoint", "engine_key"):
         replicas.setdefault(model_id, []).append(ReplicaEntry(replica_id, endpoint.rstrip("/")))
+        address = _address(endpoint)
+        if address is not None and key:
+            engine_keys[address] = key
     return Snapshot(
         models=models,
         by_name=by_name,
         replicas={m: tuple(r) for m, r in replicas.items()},
+        engine_keys=engine_keys,
         taken_at=time.monotonic(),
     )
+
+
+def _address(endpoint: str) -> tuple[str, int] | None:
+    """(host, port) as upstream.Client keys its connections; None for an endpoint it could not use anyway."""
+    try:
+        parts = urlsplit(endpoint)
+        return (parts.hostname, parts.port or 80) if parts.hostname else None
+    except ValueError:
+        return None
 
 
 class Directory:
@@ -105,6 +122,10 @@ class Directory:
         self.max_age_s = max_age_s
         self.snapshot = Snapshot()
         self._refreshing: asyncio.Future | None = None
+
+    def engine_key(self, address: tuple[str, int]) -> str | None:
+        """The key of the engine at ``address`` as of the current snapshot (upstream.Client's ``keys``)."""
+        return self.snapshot.engine_keys.get(address)
 
     async def current(self) -> Snapshot:
         if time.monotonic() - self.snapshot.taken_at > self.max_age_s:

@@ -115,11 +115,13 @@ class Gateway:
         # Usage is written on a thread of its own: its commits keep full
         # durability (see _relax), and a slow batch never holds up admissions.
         self.record_executor = ThreadPoolExecutor(1, thread_name_prefix="gateway-usage")
+        self.directory = Directory(self.run_db, self.conf.refresh_s)
         self.client = upstream.Client(
-            connect_timeout_s=self.conf.upstream_connect_timeout_s, read_timeout_s=self.conf.upstream_read_timeout_s
+            connect_timeout_s=self.conf.upstream_connect_timeout_s,
+            read_timeout_s=self.conf.upstream_read_timeout_s,
+            keys=self.directory.engine_key,  # every engine wants its replica's key
         )
         self.pg = PgPath.for_database(self.conf.db_threads, self.run_db) if queries_on_loop else None
-        self.directory = Directory(self.run_db, self.conf.refresh_s)
         self.limiter = Limiter(self.run_db, redis)
         self.writer = Writer(
             self.run_record,

@@ -10,13 +10,17 @@ chunked, or to the connection's close, and connections kept for reuse.
 A connection taken from the pool may have been closed by the engine while
 idle; when one fails before a byte of the response arrived, the request is
 sent once more on a new connection (what browsers and urllib3 do too).
+
+Every engine wants its replica's key (placement's ``Replica.engine_key``):
+``keys`` gives it by the engine's host and port, and each request to that
+address carries it as ``Authorization: Bearer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024
@@ -168,7 +172,15 @@ def _unchunk(buffer: bytearray) -> tuple[bytes, bool]:
 
 
 class Client:
-    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, max_idle_per_host: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_idle_per_host: int = 256,
+        keys: Callable[[tuple[str, int]], str | None] = lambda address: None,
+    ) -> None:
+        self.keys = keys
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.max_idle_per_host = max_idle_per_host
@@ -180,8 +192,10 @@ class Client:
             raise UpstreamError(f"{url} is not an http:// address")
         key = (parts.hostname, parts.port or 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        secret = self.keys(key)
+        auth = f"authorization: Bearer {secret}\r\n" if secret and secret.isprintable() and " " not in secret else ""
         head = (
-            f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: {content_type}\r\n"
+            f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: {content_type}\r\n{auth}"
             f"content-length: {len(body)}\r\naccept: */*\r\naccept-encoding: identity\r\n\r\n"
         ).encode()
         conn, reused = self._take(key), True

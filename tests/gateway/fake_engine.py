@@ -32,6 +32,8 @@ class Behaviour:
     fail_status: int = 0
     """Answer every completion with this status (0: answer normally)."""
     name: str = "fake"
+    api_key: str = ""
+    """When set, every path wants ``Authorization: Bearer <api_key>`` (401 without), as vLLM given a key."""
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Stats:
     cancelled: int = 0
     bodies: list = field(default_factory=list)
     keep_bodies: bool = True
+    unauthorized: int = 0
 
 
 def prompt_tokens(body: dict) -> int:
@@ -82,6 +85,10 @@ class FakeEngine:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if self.behaviour.api_key and headers.get("authorization") != f"Bearer {self.behaviour.api_key}":
+                    self.stats.unauthorized += 1
+                    self._json(writer, 401, {"error": {"message": "the engine's key is missing or wrong"}})
+                    continue
                 if not await self._handle(method, path, body, reader, writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
