@@ -264,7 +264,7 @@ class HeartbeatDesk:
 
     def refresh_shards(self) -> None:
         from inventory.models import FabricScan
-        from llmgw.api.models import WeightCollection
+        from llmgw.api import weight_collection
         from placement import assignments
 
         table = assignments.for_nodes()
@@ -274,9 +274,8 @@ class HeartbeatDesk:
                 assigned_at__isnull=False, pending_since__isnull=True, node__isnull=False
             )
         }
-        collections: dict[str, list[str]] = {}
-        for node, path in WeightCollection.objects.filter(done_at__isnull=True).values_list("node", "path"):
-            collections.setdefault(node, []).append(path)
+        # Re-checked against the catalog at each refresh: what a model refers to again is cancelled, not handed out.
+        collections = weight_collection.pending_by_node()
         with self.lock:
             self.shards = table
             self.scans = {pk: scan for pk, scan in scans.items() if scan["pk"] not in self.handed_out}

@@ -25,7 +25,7 @@ from inventory.report_schema import heartbeat_problems, report_problems
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from llmgw.agentapi.desk import desk
 from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
-from llmgw.api.models import WeightCollection
+from llmgw.api import weight_collection
 from llmgw.core.tokens import hash_token, new_token
 from placement import assignments
 
@@ -220,7 +220,7 @@ def heartbeat(request):
         )
     answer["shards"] = assignments.for_node(ref.pk)
     # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
-    collect = list(WeightCollection.objects.filter(node=ref.name, done_at__isnull=True).values_list("path", flat=True))
+    collect = weight_collection.pending_for(ref.name)
     if collect:
         answer["collect"] = collect
     else:

@@ -90,3 +90,60 @@ def test_collect_refusals(operator, disks, body, status, says):
     answer = operator.post("/api/v1/weights/collect", body, format="json")
     assert answer.status_code == status and says in answer.json()["error"]
     assert not WeightCollection.objects.exists()
+
+
+# --- a deletion asked for is re-checked until the agent acts on it ----------------------------------
+
+OLD_URL = "https://example.org/dl/mistral-7b.Q4_K_M.gguf"
+
+
+def old_refers_again(how: str) -> None:
+    """A model that refers to OLD's weights arrives after they were asked to be collected."""
+    definition = {"name": "mistral", "source": OLD_URL, "profiles": [{"engine": "vllm", "gpu_class": "h100-80g"}]}
+    if how == "service":
+        add_model(definition)
+    elif how == "edit":
+        add_model({**definition, "source": ""})
+        from catalog import service
+
+        service.upsert_model(definition, actor="t", declared_in="store")
+    else:  # a write no signal sees: only the hand-out's own check catches it
+        add_model({**definition, "source": ""})
+        from catalog.models import CatalogModel
+
+        CatalogModel.objects.filter(name="mistral").update(source=OLD_URL)
+
+
+def handed_out(node: str) -> list[str]:
+    from llmgw.agentapi.desk import desk
+
+    desk.refresh_shards()
+    return desk.collections.get(node, [])
+
+
+@pytest.mark.parametrize("how", ["service", "edit", "update"])
+def test_weights_a_model_refers_to_again_are_not_handed_out_and_their_deletion_is_cancelled(
+    operator, disks, how, django_capture_on_commit_callbacks
+):
+    operator.post("/api/v1/weights/collect", {}, format="json")
+    assert handed_out("hgx-000") == [OLD["path"]]
+    with django_capture_on_commit_callbacks(execute=True):
+        old_refers_again(how)
+    if how != "update":
+        cancelled = WeightCollection.objects.get(path=OLD["path"])
+        assert cancelled.done_at is not None, "cancelled as the model is saved, before any hand-out"
+    assert handed_out("hgx-000") == [], "the agent is not told to delete what a model uses"
+    row = WeightCollection.objects.get(node="hgx-000", path=OLD["path"])
+    assert row.done_at is not None and "cancelled: model 'mistral' refers to" in row.error
+    assert handed_out("hgx-001") == ["/models/stray"], "the others still go"
+
+
+def test_collecting_again_cancels_what_a_model_now_refers_to(operator, disks):
+    operator.post("/api/v1/weights/collect", {}, format="json")
+    from catalog.models import CatalogModel
+
+    add_model({"name": "stray", "source": "", "profiles": [{"engine": "vllm", "gpu_class": "h100-80g"}]})
+    CatalogModel.objects.filter(name="stray").update(source="file:///models/stray")
+    answer = operator.post("/api/v1/weights/collect", {}, format="json").json()
+    assert [o["path"] for o in answer["orphans"]] == [OLD["path"]]
+    assert WeightCollection.objects.get(path="/models/stray").error.startswith("cancelled")

@@ -18,10 +18,11 @@ from llmgw.api.base import ApiView, Refused
 from llmgw.api.models import WeightCollection
 from llmgw.api.serializers.common import ERRORS, WRITE_ERRORS
 from llmgw.api.serializers.weights import CollectRequestSerializer, CollectSerializer, OrphansSerializer
+from llmgw.api.weight_collection import cancel_referred
 
 COLLECT_NOTE = (
-    "Recorded for each node's agent, which deletes the weights unless a model refers to them again by then; "
-    "weights a model refers to are never collected."
+    "Recorded for each node's agent, which deletes the weights unless a model refers to them again by then "
+    "(the request is then cancelled) or a shard on that node uses them; weights a model refers to are never collected."
 )
 
 
@@ -48,6 +49,7 @@ class CollectView(ApiView):
         orphans = [o for o in orphan_weights() if nodes is None or o["node"] in nodes]
         actor, now = self.actor(request), timezone.now()
         with transaction.atomic():
+            cancel_referred()  # what was asked for before and is used again is not left pending
             pending = set(
                 WeightCollection.objects.filter(
                     done_at__isnull=True, node__in={o["node"] for o in orphans}
