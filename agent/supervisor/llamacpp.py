@@ -6,7 +6,7 @@ largest ``.gguf`` in it is taken (split files are not supported here).
 
 Its settings are also read from the environment, and there ``HOST`` and
 ``PORT`` beat the flags and ``CONFIG_FILE`` replaces them all; so the
-environment names the address too, blanks ``CONFIG_FILE``, and carries the
+environment names the address too, drops ``CONFIG_FILE``, and carries the
 replica's key as ``API_KEY`` (out of ``ps``; every route but ``/docs``
 then wants it). The server prints no request bodies, verbose or not
 (llama-cpp-python 0.3.36: model metadata, timings and cache hits only).
@@ -44,7 +44,7 @@ def command(spec: ShardSpec, weights: str, port: int, host: str) -> list[str]:
 
 def environment(spec: ShardSpec, host: str, port: int) -> dict[str, str | None]:
     """What the engine's environment must hold (None: must not hold) whatever the node's own says."""
-    return {"HOST": host, "PORT": str(port), "CONFIG_FILE": "", "API_KEY": spec.api_key or None}
+    return {"HOST": host, "PORT": str(port), "CONFIG_FILE": None, "API_KEY": spec.api_key or None}
 
 
 def serves_api(spec: ShardSpec) -> bool:

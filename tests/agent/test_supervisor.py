@@ -73,7 +73,7 @@ def test_sglang_and_llamacpp_bind_the_address_and_want_the_key(tmp_path):
     assert llamacpp.environment(s, "10.0.0.7", 9000) == {
         "HOST": "10.0.0.7",  # llama_cpp.server lets HOST and PORT beat its flags
         "PORT": "9000",
-        "CONFIG_FILE": "",
+        "CONFIG_FILE": None,
         "API_KEY": "k-secret",
     }
 

