@@ -32,6 +32,8 @@ def _pending(node: str | None = None) -> list[tuple[int, str, str, str]]:
 
 def _still_wanted(rows: list[tuple[int, str, str, str]]) -> list[tuple[int, str, str, str]]:
     """The rows no model refers to; the others are cancelled, each with the model that claims it."""
+    if not rows:
+        return rows  # the common case, at every heartbeat flush: nothing pending, no catalog query
     sources = [(n, s) for n, s in CatalogModel.objects.exclude(source="").values_list("name", "source")]
     wanted, now = [], timezone.now()
     for row in rows:
