@@ -3,28 +3,32 @@
 - Authentication is the project's (a bearer token, or an admin session).
   Nothing here answers without one.
 - A read-only token may only read (GET, HEAD, OPTIONS).
-- A JSON body is at most 1 MiB (413 past it), must be valid JSON (400) and
-  may not carry strings the store cannot hold (a NUL, a lone surrogate): a
-  client must never be able to provoke a 500.
+- A JSON body is at most 1 MiB (413 past it), must be valid JSON nested at
+  most 64 levels (400; read by llmgw.jsonbody, the reader every listener
+  shares) and may not carry strings the store cannot hold (a NUL, a lone
+  surrogate): a client must never be able to provoke a 500.
 - Every change is written to the audit log with its actor: ``X-Llmgw-Actor``
   when the caller names one (ctl sends the operator's login), else the
-  token owner's username.
+  token owner's username; the entry also names the account and token behind
+  it. The header is checked before the view runs, so a header the log cannot
+  hold is refused before anything is written, never after.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rest_framework import exceptions, permissions
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from llmgw.core.models import ApiToken, AuditEntry
+from llmgw import jsonbody
+from llmgw.core.models import ACTOR_MAX, ApiToken, AuditEntry, fit_audit_text
 
 JSON_BODY_LIMIT = 1024 * 1024
 ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
-ACTOR_MAX = 200
+
+__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "unstorable"]
 
 
 class Refused(exceptions.APIException):
@@ -66,13 +70,9 @@ class LimitedJSONParser(JSONParser):
         if len(raw) > JSON_BODY_LIMIT:
             raise TooLarge()
         try:
-            data = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Refused(400, f"the body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise Refused(
-                400, "the body nests too deeply to read; no request here needs more than a few levels"
-            ) from None
+            data = jsonbody.loads(raw) if raw.strip() else {}
+        except jsonbody.BodyError as exc:
+            raise Refused(400, str(exc)) from None
         if problem := unstorable(data):
             raise Refused(400, problem)
         return data
@@ -114,6 +114,8 @@ class ApiView(APIView):
         for name, value in [*kwargs.items(), *request.query_params.items()]:
             if problem := unstorable(value, f"{name!r}"):
                 raise Refused(400, problem)
+        if problem := unstorable(request.META.get(ACTOR_HEADER, ""), "the X-Llmgw-Actor header"):
+            raise Refused(400, problem)
 
     def body(self, request) -> dict[str, Any]:
         """The JSON body, which must be an object."""
@@ -124,13 +126,22 @@ class ApiView(APIView):
 
     @staticmethod
     def actor(request) -> str:
-        """Who made a change: the X-Llmgw-Actor header when sent, else the token owner's username."""
-        named = " ".join(str(request.META.get(ACTOR_HEADER, "")).split())[:ACTOR_MAX]
+        """Who made a change: the X-Llmgw-Actor header when sent, else the token owner's username.
+
+        Fitted by the audit log's one rule (one line, at most ACTOR_MAX characters), so what a
+        view records elsewhere (``measured_by``, ``requested_by``) is what the log says.
+        """
+        named = fit_audit_text(request.META.get(ACTOR_HEADER, ""), ACTOR_MAX)
         return named or request.user.get_username()
 
-    def audit(self, request, action: str, target: str, **detail: Any) -> AuditEntry:
-        """Write one change to the audit log, with the account behind it when an actor was named."""
-        detail = {**detail, "via": "api", "user": request.user.get_username()}
+    @staticmethod
+    def caller(request) -> dict[str, str]:
+        """The account and token behind a request, as every audit row of the API records them."""
+        who = {"via": "api", "user": request.user.get_username()}
         if isinstance(request.auth, ApiToken):
-            detail["token"] = request.auth.hint
-        return AuditEntry.objects.create(actor=self.actor(request), action=action, target=target[:200], detail=detail)
+            who["token"] = request.auth.hint
+        return who
+
+    def audit(self, request, action: str, target: str, **detail: Any) -> AuditEntry:
+        """Write one change to the audit log, with the account and token behind it."""
+        return AuditEntry.record(self.actor(request), action, target, {**detail, **self.caller(request)})

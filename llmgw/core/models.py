@@ -67,6 +67,32 @@ class AuditEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"
 
+    @classmethod
+    def record(cls, actor: str, action: str, target: str, detail: dict | None = None) -> AuditEntry:
+        """Write one change, with actor and target fitted to their columns by :func:`fit_audit_text`.
+
+        Every writer goes through here, so a long name never fails the insert
+        after the change it records was made.
+        """
+        return cls.objects.create(
+            actor=fit_audit_text(actor, ACTOR_MAX) or "unknown",
+            action=fit_audit_text(action, cls._meta.get_field("action").max_length),
+            target=fit_audit_text(target, cls._meta.get_field("target").max_length),
+            detail=detail or {},
+        )
+
+
+# The one audit rule for names: runs of whitespace (newlines included) become one space,
+# NULs and lone surrogates are dropped (PostgreSQL text cannot hold them), and the rest is cut
+# at the column.
+ACTOR_MAX = AuditEntry._meta.get_field("actor").max_length
+
+
+def fit_audit_text(text: str, limit: int) -> str:
+    """``text`` as the audit log keeps it: one line, no NUL, at most ``limit`` characters."""
+    kept = "".join(c for c in str(text) if c != "\x00" and not "\ud800" <= c <= "\udfff")
+    return " ".join(kept.split())[:limit]
+
 
 class TaskRun(models.Model):
     """The last run of each periodic task, filled from Celery's signals.
