@@ -23,7 +23,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
 from llmgw import jsonbody
-from llmgw.core.models import ACTOR_MAX, ApiToken, AuditEntry, fit_audit_text
+from llmgw.core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_text
 
 JSON_BODY_LIMIT = 1024 * 1024
 ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
@@ -108,8 +108,15 @@ class ApiView(APIView):
     permission_classes = [OperatorOrReadOnly]
     parser_classes = [LimitedJSONParser]
 
+    def dispatch(self, request, *args, **kwargs):
+        # Every audit row written while this request is served — by the view, the
+        # catalog's service, node states — names the account and token behind it.
+        with audited_as({}) as self._who:
+            return super().dispatch(request, *args, **kwargs)
+
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
+        self._who.update(self.caller(request))
         # Path and query text reaches database queries; refuse what PostgreSQL would fail on.
         for name, value in [*kwargs.items(), *request.query_params.items()]:
             if problem := unstorable(value, f"{name!r}"):
@@ -144,4 +151,4 @@ class ApiView(APIView):
 
     def audit(self, request, action: str, target: str, **detail: Any) -> AuditEntry:
         """Write one change to the audit log, with the account and token behind it."""
-        return AuditEntry.record(self.actor(request), action, target, {**detail, **self.caller(request)})
+        return AuditEntry.record(self.actor(request), action, target, detail)
