@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rest_framework import exceptions, permissions
@@ -79,7 +80,7 @@ class LimitedJSONParser(JSONParser):
 
 
 def unstorable(value: Any, where: str = "the body") -> str | None:
-    """Why a value cannot be stored (NUL characters, lone surrogates), or None.
+    """Why a value cannot be stored (NUL characters, lone surrogates, NaN or infinity), or None.
 
     Walked with a stack rather than recursion: a body may nest as deep as the
     JSON reader allows, and the walk must not be what fails on it.
@@ -94,6 +95,9 @@ def unstorable(value: Any, where: str = "the body") -> str | None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return f"{where} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid text"
+        elif isinstance(item, float) and not math.isfinite(item):
+            # Python's reader accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) has neither.
+            return f"{where} contains NaN or Infinity, which is not a JSON number; send a finite number"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -117,6 +121,10 @@ class ApiView(APIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         self._who.update(self.caller(request))
+        if request.method not in permissions.SAFE_METHODS:
+            # Read now, whether or not the view uses it: a body this base refuses (too large,
+            # too deep, not JSON) is refused on every write endpoint alike, before any change.
+            request.data  # noqa: B018
         # Path and query text reaches database queries; refuse what PostgreSQL would fail on.
         for name, value in [*kwargs.items(), *request.query_params.items()]:
             if problem := unstorable(value, f"{name!r}"):
