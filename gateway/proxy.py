@@ -39,6 +39,7 @@ from gateway.keys import Caller
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.usage import CLIENT_CLOSED, Finished, Writer
+from llmgw import jsonbody
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -490,9 +491,9 @@ class Gateway:
 
 def _parse(raw: bytes) -> dict:
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise errors.bad_request(f"the request body is not valid JSON: {exc}", "invalid_json") from None
+        body = jsonbody.loads(raw)
+    except jsonbody.BodyError as exc:
+        raise errors.bad_request(str(exc), "invalid_json") from None
     if not isinstance(body, dict):
         raise errors.bad_request("the request body must be a JSON object", "invalid_json")
     if not isinstance(body.get("model"), str) or not body["model"]:

@@ -200,6 +200,33 @@ def write_private_file(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def private_sqlite_file(path: Path) -> None:
+    """Make sure the SQLite database at ``path`` and its -wal/-shm/-journal files are mode 0600.
+
+    The database holds every token's hash, the key digests and the audit log;
+    under the usual umask of 022 SQLite would create it 0644, readable by
+    every account on the host. SQLite gives its -wal and -shm files the
+    database file's own mode, so creating that file privately before SQLite
+    opens it is enough for a new install; an existing one (made before this
+    rule, or copied in) is narrowed on every start.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # a folder that is not there or not writable: SQLite's own error says so when it opens it
+    for name in (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_SIDECARS)):
+        try:
+            if name.stat().st_mode & 0o077:
+                os.chmod(name, 0o600)
+        except FileNotFoundError:
+            continue
+
+
 def load_or_create_secret_key(data_dir: Path) -> str:
     """The key generated on first start and kept in the data dir.
 

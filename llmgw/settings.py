@@ -7,6 +7,7 @@ once into the data dir, DEBUG is off unless LLMGW_DEBUG says otherwise.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import dj_database_url
 
@@ -85,6 +86,9 @@ _INSTRUMENTED = {
 }
 DATABASES["default"]["ENGINE"] = _INSTRUMENTED.get(DATABASES["default"]["ENGINE"], DATABASES["default"]["ENGINE"])
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
+        # Private from the first byte: SQLite would create it (and so its -wal/-shm) 0644.
+        llmgw_config.private_sqlite_file(Path(DATABASES["default"]["NAME"]))
     # WAL lets the web listener read while the embedded worker writes, and
     # IMMEDIATE transactions take the write lock up front instead of failing
     # half-way with "database is locked".

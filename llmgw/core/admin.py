@@ -1,11 +1,21 @@
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 
 from llmgw.core.models import ApiToken, AuditEntry, Finding, TaskRun
-from llmgw.core.tokens import hash_token, hint, new_token
+from llmgw.core.tokens import hash_token, hint, may_issue_token, new_token
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens, minted here or by ``llmgw token create``.
+
+    A token acts with its owner's powers, so who may mint for whom follows
+    ``may_issue_token``: a staff user who is no superuser is offered only
+    accounts that are not superusers, cannot move a token onto another
+    account once minted (the owner is fixed at creation), and cannot change
+    a superuser's tokens.
+    """
+
     list_display = ["name", "user", "hint", "read_only", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["read_only", ("revoked_at", admin.EmptyFieldListFilter)]
     list_select_related = ["user"]
@@ -13,7 +23,24 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["hint", "created_at", "last_used_at"]
     fields = ["user", "name", "read_only", "hint", "created_at", "last_used_at", "revoked_at"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # Re-assigning a token whose secret one holds is minting for the new owner.
+        return [*self.readonly_fields, "user"] if obj is not None else self.readonly_fields
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = db_field.related_model._default_manager.filter(is_superuser=False)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_change_permission(self, request, obj=None):
+        if obj is not None and may_issue_token(request.user, obj.user):
+            return False
+        return super().has_change_permission(request, obj)
+
     def save_model(self, request, obj, form, change):
+        # The form offers only allowed owners; this is the rule itself, for any other way in.
+        if refusal := may_issue_token(request.user, obj.user):
+            raise PermissionDenied(refusal)
         if not change:
             secret = new_token("llmgw_adm")
             obj.digest, obj.hint = hash_token(secret), hint(secret)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -66,6 +70,54 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"
+
+    def save(self, *args, **kwargs) -> None:
+        """Fit the names to their columns and add the caller of the request being served, if any.
+
+        Done here rather than by each writer (the catalog, node states, the
+        API, the admin) so that none can forget it: a long name never fails
+        the insert after the change it records was made, and every row
+        written while an API request is served names its account and token.
+        """
+        self.actor = fit_audit_text(self.actor, ACTOR_MAX) or "unknown"
+        self.action = fit_audit_text(self.action, ACTION_MAX)
+        self.target = fit_audit_text(self.target, TARGET_MAX)
+        if self._state.adding and (who := _caller.get()):
+            self.detail = {**(self.detail or {}), **who}
+        super().save(*args, **kwargs)
+
+    @classmethod
+    def record(cls, actor: str, action: str, target: str, detail: dict | None = None) -> AuditEntry:
+        """Write one change to the log."""
+        return cls.objects.create(actor=actor, action=action, target=target, detail=detail or {})
+
+
+# The one audit rule for names: runs of whitespace (newlines included) become one space,
+# NULs and lone surrogates are dropped (PostgreSQL text cannot hold them), and the rest is cut
+# at the column.
+ACTOR_MAX = AuditEntry._meta.get_field("actor").max_length
+ACTION_MAX = AuditEntry._meta.get_field("action").max_length
+TARGET_MAX = AuditEntry._meta.get_field("target").max_length
+
+# Who is behind the request this thread is serving ({"via": "api", "user": …, "token": …}),
+# set by the API's base for the length of one request; None outside one.
+_caller: ContextVar[dict[str, str] | None] = ContextVar("llmgw_audit_caller", default=None)
+
+
+@contextmanager
+def audited_as(who: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Every audit row written inside this block also records ``who`` (filled in as it becomes known)."""
+    reset = _caller.set(who)
+    try:
+        yield who
+    finally:
+        _caller.reset(reset)
+
+
+def fit_audit_text(text: str, limit: int) -> str:
+    """``text`` as the audit log keeps it: one line, no NUL, at most ``limit`` characters."""
+    kept = "".join(c for c in str(text) if c != "\x00" and not "\ud800" <= c <= "\udfff")
+    return " ".join(kept.split())[:limit]
 
 
 class TaskRun(models.Model):

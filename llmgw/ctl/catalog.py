@@ -52,7 +52,7 @@ def add_model(client: Client, console: Console, args) -> object:
     console.print(f"added {answer['name']}")
     for line in (warning or "").split(" | "):
         if line:
-            console.print(f"[yellow]warning:[/] {line}")
+            console.print(show.markup("[yellow]warning:[/] {}", line))
     return None
 
 
@@ -85,14 +85,14 @@ def replicas(client: Client, console: Console, args) -> object:
         return rows
     t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "DOWNLOAD")
     for r in rows:
-        state = r["state"] + (" [yellow]stale[/]" if r["stale"] else "")
+        state = show.markup("{} [yellow]stale[/]" if r["stale"] else "{}", r["state"])
         where = " ".join(f"{s['node']}:{','.join(s['gpu_labels']) or 'cpu'}" for s in r["shards"])
         download = " ".join(show.fetch(s.get("fetch")) for s in r["shards"] if s.get("fetch"))
         t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), download)
     console.print(t)
     for r in rows:
         if r.get("error"):
-            console.print(f"[red]{r['id']}[/] {r['error']}")
+            console.print(show.markup("[red]{}[/] {}", r["id"], r["error"]))
     return None
 
 
@@ -100,7 +100,7 @@ def explain(client: Client, console: Console, args) -> object:
     view = client.get("explain-placement", model=args.model)
     if args.json:
         return view
-    console.print(f"[bold]{view['model']}[/]: " + ("placed" if view["placed"] else "no replica placed"))
+    console.print(show.markup("[bold]{}[/]: {}", view["model"], "placed" if view["placed"] else "no replica placed"))
     for r in view["rejections"]:
         where = " ".join(x for x in (r.get("pool") and f"pool {r['pool']}", r.get("node")) if x)
         many = f" ({r['nodes']} candidates)" if r.get("nodes", 1) > 1 else ""

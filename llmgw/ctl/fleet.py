@@ -16,8 +16,10 @@ def status(client: Client, console: Console, args) -> object:
         return s
     n = s["nodes"]
     console.print(
-        f"[bold]nodes[/] {n['total']}: {n['ready']} ready, {n['cordoned']} cordoned, "
-        f"{n['draining']} draining, {n['unreachable']} unreachable"
+        show.markup(
+            "[bold]nodes[/] {}: {} ready, {} cordoned, {} draining, {} unreachable",
+            *(n[k] for k in ("total", "ready", "cordoned", "draining", "unreachable")),
+        )
     )
     t = show.table("CLASS", "TOTAL", "USED", "FREE", "UNHEALTHY", "HELD", title="devices by class")
     for c in s["gpus"]:
@@ -36,30 +38,49 @@ def status(client: Client, console: Console, args) -> object:
         console.print(t)
     r, m = s["replicas"], s["models"]
     console.print(
-        f"[bold]replicas[/] {r['total']}: {r['ready']} ready, {r['starting']} starting ({r['fetching']} downloading), "
-        f"{r['stopping']} stopping, {r['failed']} failed, {r['stale']} stale"
+        show.markup(
+            "[bold]replicas[/] {}: {} ready, {} starting ({} downloading), {} stopping, {} failed, {} stale",
+            *(r[k] for k in ("total", "ready", "starting", "fetching", "stopping", "failed", "stale")),
+        )
     )
-    console.print(f"[bold]models[/] {m['total']}: {m['satisfied']} satisfied, {m['short']} short")
+    console.print(show.markup("[bold]models[/] {}: {} satisfied, {} short", m["total"], m["satisfied"], m["short"]))
     if s["unplaceable"]:
-        console.print("[red]unplaceable:[/] " + ", ".join(s["unplaceable"]) + "  (see `llmgw ctl explain MODEL`)")
+        console.print(
+            show.markup("[red]unplaceable:[/] {}  (see `llmgw ctl explain MODEL`)", ", ".join(s["unplaceable"]))
+        )
     for p in s["parked"]:
-        console.print(f"[red]parked:[/] {p['model']} after {p['failures']} failed starts: {p['reason']}")
+        console.print(
+            show.markup("[red]parked:[/] {} after {} failed starts: {}", p["model"], p["failures"], p["reason"])
+        )
     for i in s["idle_replicas"]:
         console.print(
-            f"[yellow]idle:[/] {i['model']}#{i['id']} holds {i['gpus']} GPUs, unused for {show.ago(i['idle_seconds'])}"
+            show.markup(
+                "[yellow]idle:[/] {}#{} holds {} GPUs, unused for {}",
+                i["model"],
+                i["id"],
+                i["gpus"],
+                show.ago(i["idle_seconds"]),
+            )
         )
     for member in s.get("store", []):
         lag = "?" if member["lag"] < 0 else show.size(member["lag"])
         console.print(
-            f"[bold]store[/] {member['name']} ({member['host']}) {member['role']} {member['state']} lag {lag}"
+            show.markup(
+                "[bold]store[/] {} ({}) {} {} lag {}",
+                member["name"],
+                member["host"],
+                member["role"],
+                member["state"],
+                lag,
+            )
         )
     if s.get("store_error"):
-        console.print(f"[red]store:[/] {s['store_error']}")
+        console.print(show.markup("[red]store:[/] {}", s["store_error"]))
     return None
 
 
-def _state(n: dict) -> str:
-    return n["state"] if n["reachable"] else f"{n['state']}, [red]unreachable[/]"
+def _state(n: dict) -> show.Markup:
+    return show.markup("{}" if n["reachable"] else "{}, [red]unreachable[/]", n["state"])
 
 
 def nodes(client: Client, console: Console, args) -> object:
@@ -82,7 +103,7 @@ def nodes(client: Client, console: Console, args) -> object:
     console.print(t)
     for n in rows:
         for line in n["unhealthy_gpus"]:
-            console.print(f"[yellow]{n['id']}[/] {line}")
+            console.print(show.markup("[yellow]{}[/] {}", n["id"], line))
     return None
 
 
@@ -90,7 +111,9 @@ def node(client: Client, console: Console, args) -> object:
     n = client.get(f"nodes/{quote(args.node, safe='')}")
     if args.json:
         return n
-    console.print(f"[bold]{n['id']}[/] {_state(n)}  {n.get('os', '')}  agent {n.get('agent_version', '?')}")
+    console.print(
+        show.markup("[bold]{}[/] {}  {}  agent {}", n["id"], _state(n), n.get("os", ""), n.get("agent_version", "?"))
+    )
     console.print(f"devices: {show.devices(n['devices'])}; replicas: {n['replicas']}")
     if n.get("nvlink_domain") or n.get("imex"):
         console.print(f"NVLink domain: {n.get('nvlink_domain', 'none')}; IMEX {n.get('imex', 'not reported')}")
@@ -98,7 +121,7 @@ def node(client: Client, console: Console, args) -> object:
         t = show.table("GPU", "CLASS", "NUMA", "NEAREST NIC", "FABRIC", "DOMAIN", "HEALTH", "HELD BY", title="GPUs")
         for g in n["gpus"]:
             nic = f"{g['nearest_nic']} ({g['nic_path']})" if "nearest_nic" in g else "-"
-            fabric = g.get("fabric_state", "-") + (" [yellow]degraded[/]" if g.get("degraded") else "")
+            fabric = show.markup("{} [yellow]degraded[/]" if g.get("degraded") else "{}", g.get("fabric_state", "-"))
             t.add_row(
                 g["label"],
                 g["class"],
@@ -106,7 +129,7 @@ def node(client: Client, console: Console, args) -> object:
                 nic,
                 fabric,
                 g.get("domain", "-"),
-                "ok" if g["healthy"] else f"[red]{g['health'][0]}[/]",
+                "ok" if g["healthy"] else show.markup("[red]{}[/]", g["health"][0]),
                 g.get("held_by", ""),
             )
         console.print(t)
@@ -130,7 +153,7 @@ def node(client: Client, console: Console, args) -> object:
             t.add_row(s["id"], s["model"], ",".join(s["gpus"]), s["state"], s.get("error", ""))
         console.print(t)
     for line in n.get("problems", []) + n.get("warnings", []):
-        console.print(f"[yellow]{line}[/]")
+        console.print(show.markup("[yellow]{}[/]", line))
     return None
 
 
@@ -166,9 +189,9 @@ def logs(client: Client, console: Console, args) -> object:
     if not answer["shards"]:
         console.print(f"{answer['node']} reports no shards")
     for s in answer["shards"]:
-        console.print(f"[bold]== {s['id']}[/] {s.get('state', '')}")
+        console.print(show.markup("[bold]== {}[/] {}", s["id"], s.get("state", "")))
         for line in s.get("lines", ["(the agent sent no lines)"]):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, highlight=False)
     return None
 
 
@@ -181,12 +204,16 @@ def nvlink(client: Client, console: Console, args) -> object:
     for d in report["domains"]:
         name = d.get("name") or d["key"]
         console.print(
-            f"[bold]{name}[/]: {d['nodes_in']}/{d['nodes_total']} nodes in, {d['nodes_ready']} ready for multi-node; "
-            f"{d['gpus_joined']}/{d['gpus_total']} GPUs joined, {d['gpus_degraded']} degraded"
+            show.markup(
+                "[bold]{}[/]: {}/{} nodes in, {} ready for multi-node; {}/{} GPUs joined, {} degraded",
+                name,
+                *(d[k] for k in ("nodes_in", "nodes_total", "nodes_ready", "gpus_joined", "gpus_total")),
+                d["gpus_degraded"],
+            )
         )
         _out(console, d["nodes"])
     if report["unassigned"]:
-        console.print("[bold]trying to join, in no known domain[/]")
+        console.print(show.markup("[bold]trying to join, in no known domain[/]"))
         _out(console, report["unassigned"])
     return None
 
@@ -194,9 +221,9 @@ def nvlink(client: Client, console: Console, args) -> object:
 def _out(console: Console, nodes: list[dict]) -> None:
     for n in nodes:
         for line in n["out"]:
-            console.print(f"  [red]{n['node']}[/] {line}")
+            console.print(show.markup("  [red]{}[/] {}", n["node"], line))
         for line in n["warnings"]:
-            console.print(f"  [yellow]{n['node']}[/] {line}")
+            console.print(show.markup("  [yellow]{}[/] {}", n["node"], line))
 
 
 def fabrics(client: Client, console: Console, args) -> object:
@@ -209,7 +236,7 @@ def fabrics(client: Client, console: Console, args) -> object:
         t.add_row(p["id"], p["label"], p["kind"], str(len(p["nodes"])), str(len(p["ports"])), rate)
     console.print(t)
     for problem in report["problems"]:
-        console.print(f"[yellow]{problem['kind']}[/] {problem['message']}")
+        console.print(show.markup("[yellow]{}[/] {}", problem["kind"], problem["message"]))
     return None
 
 
@@ -217,11 +244,11 @@ def topology(client: Client, console: Console, args) -> object:
     page = client.get(f"fabrics/{quote(args.fabric, safe='')}/topology")
     if args.json:
         return page
-    console.print(f"[bold]{page['label']}[/] ({page['key']}), {len(page['nodes'])} nodes")
+    console.print(show.markup("[bold]{}[/] ({}), {} nodes", page["label"], page["key"], len(page["nodes"])))
     for e in page["sms"]:
         console.print(f"SM {e['kind']} at {e['at']}: {e['old'] or 'none'} → {e['new'] or 'none'}, {e['ports']} ports")
     for problem in page["problems"]:
-        console.print(f"[yellow]{problem['kind']}[/] {problem['message']}")
+        console.print(show.markup("[yellow]{}[/] {}", problem["kind"], problem["message"]))
     t = show.table("NODE", "PORT", "STATE", "RATE", "ERRORS", title="this cluster's adapters")
     for p in page["live"]:
         errors = ", ".join(f"{k} {v}" for k, v in p["errors"].items()) or "-"

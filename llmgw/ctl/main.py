@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from llmgw.ctl import catalog, fleet, tenancy
+from llmgw.ctl import catalog, fleet, show, tenancy
 from llmgw.ctl.client import Client, CtlError
 from llmgw.ctl.config import ConfigError, resolve
 
@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None, *, transport=None, stdout=None, stderr=N
     for name, default in (("server", None), ("token", None), ("actor", None), ("json", False)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    out = Console(file=stdout or sys.stdout, soft_wrap=False)
-    err = Console(file=stderr or sys.stderr, stderr=True, soft_wrap=True)
+    # show.Console: whatever the server sent is printed as text, never as markup.
+    out = show.Console(file=stdout or sys.stdout, soft_wrap=False)
+    err = show.Console(file=stderr or sys.stderr, stderr=True, soft_wrap=True)
     try:
         settings = resolve(args.server, args.token, args.actor)
     except ConfigError as exc:

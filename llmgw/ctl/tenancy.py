@@ -22,8 +22,10 @@ def keys_create(client: Client, console: Console, args) -> object:
     answer = client.post("keys", body)
     if args.json:
         return answer
-    console.print(answer["key"], markup=False, highlight=False, soft_wrap=True)
-    console.print(f"[dim]key {answer['prefix']} for team {answer['team']}; shown once, it cannot be read back[/]")
+    console.print(answer["key"], highlight=False, soft_wrap=True)
+    console.print(
+        show.markup("[dim]key {} for team {}; shown once, it cannot be read back[/]", answer["prefix"], answer["team"])
+    )
     return None
 
 

@@ -103,3 +103,38 @@ def test_django_commands_also_refuse_bad_values(tmp_path):
 def test_prepared_statements_can_be_turned_off_in_the_database_url():
     assert config.prepare_threshold("none") is None and config.prepare_threshold("5") == 5
     assert config.check_database_url("postgresql://u@h/db?prepare_threshold=none")
+
+
+SQLITE_PROBE = """
+import os, stat, sys
+import django
+django.setup()
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("CREATE TABLE probe (x integer)")
+    cursor.execute("INSERT INTO probe VALUES (1)")
+    names = [n for n in sorted(os.listdir(sys.argv[1])) if n.startswith("llmgw.sqlite3")]
+    print(" ".join(f"{n}={stat.S_IMODE(os.stat(os.path.join(sys.argv[1], n)).st_mode):o}" for n in names))
+"""
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_the_embedded_database_and_its_wal_are_private_from_creation(tmp_path, existing):
+    """Under a umask of 022 SQLite would make its files 0644: readable by every user on the host."""
+    data = tmp_path / "data"
+    data.mkdir()
+    if existing:  # an install made before this rule: its open file is narrowed on the next start
+        (data / "llmgw.sqlite3").touch(mode=0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_DATABASE")}
+    env.update(LLMGW_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="llmgw.settings")
+    probe = subprocess.run(
+        [sys.executable, "-c", SQLITE_PROBE, str(data)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert probe.returncode == 0, probe.stderr
+    modes = dict(item.split("=") for item in probe.stdout.split())
+    assert modes == {"llmgw.sqlite3": "600", "llmgw.sqlite3-shm": "600", "llmgw.sqlite3-wal": "600"}

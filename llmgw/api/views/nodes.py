@@ -19,7 +19,6 @@ from llmgw.api.serializers.nodes import (
     NodeStateRequestSerializer,
     NodeStateSerializer,
 )
-from llmgw.core.models import ApiToken
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +62,8 @@ class NodeStateView(ApiView):
     )
     def post(self, request, name: str):
         word = self.body(request).get("state")
-        detail = {"via": "api", "user": request.user.get_username()}
-        if isinstance(request.auth, ApiToken):
-            detail["token"] = request.auth.hint
         try:
-            previous, state = set_node_state(name, word, actor=self.actor(request), detail=detail)
+            previous, state = set_node_state(name, word, actor=self.actor(request), detail=self.caller(request))
         except NodeStateError as exc:
             raise Refused(exc.status, exc.message) from None
         return Response({"id": name, "state": state, "previous": previous})
