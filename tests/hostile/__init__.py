@@ -1,0 +1,1 @@
+"""The hostile-input suite: every leaf of every body the two listeners take, mutated, against a live server."""
