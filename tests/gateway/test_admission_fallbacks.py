@@ -159,3 +159,35 @@ def test_a_priced_fallback_of_a_free_model_is_refused_by_a_spent_budget(engines,
     answer = run(path, lambda app: call(app, CHAT, ask("free"), key=secret))
     assert answer.status == 429 and "is spent" in answer.json()["error"]["message"]
     assert engine.stats.requests == 0
+
+
+def test_a_client_that_hangs_up_while_a_fallback_is_reserved_leaves_no_reservation(engines, path, monkeypatch):
+    free = model("free")
+    priced = model("priced", price=(1_000_000, 1_000_000))
+    fallback(free, priced)
+    engine = engines()
+    replica(priced, engine.url)
+    secret = key()
+    Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=10**9, period="day")
+    moving = asyncio.Event()
+    real_readmit = Gateway.readmit
+
+    async def slow_readmit(self, *args):
+        moving.set()
+        await asyncio.sleep(0.2)  # the client hangs up in here
+        return await real_readmit(self, *args)
+
+    monkeypatch.setattr(Gateway, "readmit", slow_readmit)
+
+    async def scenario(app):
+        task = asyncio.ensure_future(call(app, CHAT, ask("free"), key=secret))
+        await moving.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.4)  # the reservation lands after the client left
+
+    run(path, scenario)
+    record = UsageRecord.objects.get()
+    assert (record.status, record.outcome) == (499, "client_disconnected")
+    assert Budget.objects.get().reserved_micros == 0 and engine.stats.requests == 0
