@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
@@ -63,8 +64,22 @@ class TeamAdmin(admin.ModelAdmin):
         return obj.active_n
 
 
+class ApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ["team", "name", "allowed_models", "rpm", "tpm"]
+
+    def clean_allowed_models(self):
+        """Stored as gateway.keys reads it: a list of names, or empty for every model."""
+        try:
+            return keys.models_for_storage(self.cleaned_data.get("allowed_models"))
+        except keys.KeyRefused as refused:
+            raise forms.ValidationError(refused.message) from None
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
     list_display = ["prefix", "name", "team", "org", "allowed_models", "rpm", "tpm", "created_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "team__org", "team"]
     list_select_related = ["team__org"]

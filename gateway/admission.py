@@ -3,6 +3,22 @@
 One function, run on a database thread, so the common request costs one hop
 off the event loop: the key and the budgets over it come in one query, and
 a reservation is one conditional UPDATE per budget.
+
+The rule admission holds: the model that finally serves a request was
+allowed for the key, and its cost was reserved within every budget above the
+key before the first byte went to its engine — for a model asked by its
+name, by an alias, and for every hop of its fallback chain. ``admit`` holds
+it for the model asked for; each fallback hop is admitted again before its
+engine is asked (``hop_allowed``, then ``readmit``), moving the reservation
+from the previous hop's price to this one's.
+
+Re-admitted per hop rather than reserved once at the dearest model of the
+chain: the reservation is then the cost of the model actually used, not of
+one a request almost never reaches (fallbacks are for outages), so a budget
+near its end is not refused for a price nobody pays; and a fallback costs a
+round trip only when it is used and priced differently. The key's model
+list is checked per hop either way; a hop it does not allow is skipped,
+never named to the client.
 """
 
 from __future__ import annotations
@@ -84,6 +100,38 @@ def admit_caller(
     if refusal is not None:
         return Admission(caller, errors.over_budget(refusal.sentence))
     return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+
+def hop_allowed(caller: Caller, name: str, aliases: tuple[str, ...]) -> bool:
+    """Whether a fallback hop (reached by its catalog name) may serve this key's request."""
+    return allowed(caller, name, name, aliases)
+
+
+def adjustment(held: int, estimate: int | None) -> int:
+    """Micros to add (positive) or give back (negative) on each budget, holding ``held``, to cover ``estimate``.
+
+    ``estimate`` None is a model with no price: nothing needs holding.
+    """
+    return (estimate or 0) - held
+
+
+def readmit(caller: Caller, held: int, estimate: int | None, now: datetime) -> tuple[int, errors.Refused | None]:
+    """Move this request's reservation to a hop's ``estimate``: what is held now, and the refusal if any.
+
+    More is reserved with the same conditional UPDATE as ``admit`` (all
+    budgets or none, so a refused hop holds what it held before); less is
+    given back at once, so the reservation is what the hop can cost.
+    """
+    if not caller.budget_ids:
+        return 0, None
+    change = adjustment(held, estimate)
+    if change > 0:
+        refusal = budgets.reserve(list(caller.budget_ids), change, now)
+        if refusal is not None:
+            return held, errors.over_budget(refusal.sentence)
+    elif change < 0:
+        budgets.settle(budgets.releases(caller.budget_ids, -change), now)
+    return held + change, None
 
 
 def over_budget(caller: Caller, budget_ids: list[int], estimate: int, now: datetime) -> Admission:

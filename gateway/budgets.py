@@ -9,9 +9,15 @@ budget. When the request ends its reservation is taken back and its real cost
 added to ``spent`` (gateway.usage does that, batched).
 
 What a budget can be overrun by is therefore only what requests already in
-flight cost beyond their estimates; the estimate is the prompt's size plus
-``max_tokens`` (or LLMGW_BUDGET_DEFAULT_COMPLETION_TOKENS), so a request that
-sets max_tokens cannot overrun at all.
+flight cost beyond their estimates. The estimate is an upper bound of the
+prompt's tokens (gateway.tokens.Prompt.bound) plus ``max_tokens`` (or
+LLMGW_BUDGET_DEFAULT_COMPLETION_TOKENS) for every choice, at the price of
+the model that serves (a fallback is re-admitted at its own price, see
+gateway.admission), so requests that set max_tokens cannot overrun. A
+request that cost more than it reserved (it set no max_tokens and the engine
+went past the default) is charged in full: ``spent`` may then pass the
+amount, and every later request is refused until the period rolls over,
+since reserving needs ``spent < amount``.
 """
 
 from __future__ import annotations
@@ -176,6 +182,11 @@ def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) ->
         f"WHERE id = %(budget_id)s"
     )
     return [(sql, {**c, "cost": totals[b][1], "reserved": totals[b][0], "budget_id": b}) for b in sorted(totals)]
+
+
+def releases(budget_ids: Iterable[int], micros: int) -> list[tuple[int, int, int]]:
+    """The charges that give ``micros`` back on each budget and spend nothing (for ``settle``)."""
+    return [(b, micros, 0) for b in budget_ids]
 
 
 def settle(charges: Iterable[tuple[int, int, int]], now: datetime) -> None:

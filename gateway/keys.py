@@ -95,12 +95,70 @@ class Issued:
     """The key itself, which is not stored anywhere: show it once."""
 
 
+MODEL_NAME_CHARS = 128
+"""The longest model name or alias the catalog stores (catalog.models' name columns)."""
+MODELS_SENTENCE = "models must be a list of model names (an alias or the model's name), or left out for every model"
+
+
+def _decoded(value):
+    """A string that holds a JSON list (a form's text, or a double-encoding client) is that list."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(inner, list):
+            return inner
+    return value
+
+
+def model_names(value) -> tuple[str, ...] | None:
+    """The models a key may use, from its stored ``allowed_models``: the one reading of that column.
+
+    None (SQL or JSON null): every model. A list: its names; an element
+    that is not a string names nothing. A string holding a JSON list (how a
+    double-encoded list lands): that list. Anything else (another string, an
+    object, a number): no model at all — a value nobody meant is read as the
+    narrowest one, never as "every model". Both admission paths read the
+    column through this (``caller_from_row``), and writes store only what it
+    reads as written (``models_for_storage``).
+    """
+    value = _decoded(value)
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, str) and v)
+    return ()
+
+
+def models_for_storage(value) -> list[str] | None:
+    """What to store in ``allowed_models`` for a key given ``value``: a list of names, or None for every model.
+
+    Read as ``model_names`` reads it, but stricter: what it would read as
+    no model, or a name that is not a non-empty string a catalog name column
+    could hold, is refused (400) with the element's position, rather than
+    stored to mean nothing.
+    """
+    value = _decoded(value)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise KeyRefused(MODELS_SENTENCE)
+    names: list[str] = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name or len(name) > MODEL_NAME_CHARS or "\x00" in name:
+            raise KeyRefused(f"models[{i}]: {MODELS_SENTENCE}; a name is 1 to {MODEL_NAME_CHARS} characters, no NUL")
+        if name not in names:
+            names.append(name)
+    return names
+
+
 @transaction.atomic
-def issue(*, team: str, org: str | None = None, models: list[str] | None = None, name: str = "") -> Issued:
+def issue(*, team: str, org: str | None = None, models=None, name: str = "") -> Issued:
+    """A new key for ``team``; ``models`` as ``models_for_storage`` takes it."""
     if not team or not isinstance(team, str):
         raise KeyRefused("a key needs a team: send {'team': 'NAME'}")
-    if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)):
-        raise KeyRefused("models must be a list of model names, or left out for every model")
+    models = models_for_storage(models)
     secret = new_key()
     key = ApiKey.objects.create(
         team=team_for(team, org),
@@ -147,7 +205,11 @@ def lookup_sql() -> str:
     q = connection.ops.quote_name
     key, team, budget = q(ApiKey._meta.db_table), q(Team._meta.db_table), q(Budget._meta.db_table)
     return (
-        "SELECT k.id, k.digest, k.revoked_at, k.team_id, t.org_id, k.allowed_models, k.rpm, k.tpm, t.rpm, t.tpm, "
+        # allowed_models as its JSON text: psycopg decodes jsonb itself where
+        # Django's cursors leave it text, and a JSON string would then read two
+        # ways. As text, both paths decode it once, in caller_from_row.
+        "SELECT k.id, k.digest, k.revoked_at, k.team_id, t.org_id, CAST(k.allowed_models AS text), "
+        "k.rpm, k.tpm, t.rpm, t.tpm, "
         f"(SELECT b.id FROM {budget} b WHERE b.key_id = k.id), "
         f"(SELECT b.id FROM {budget} b WHERE b.team_id = k.team_id), "
         f"(SELECT b.id FROM {budget} b WHERE b.org_id = t.org_id) "
@@ -164,19 +226,28 @@ def caller_from_row(row, wanted: str) -> tuple[Caller | None, str]:
         return None, "this API key is not known: check it was copied whole"
     if row[2] is not None:
         return None, "this API key has been revoked: ask for a new one"
-    allowed = json.loads(row[5]) if isinstance(row[5], str) else row[5]
     budgets = tuple(b for b in row[10:13] if b is not None)
     return Caller(
         key_id=row[0],
         team_id=row[3],
         org_id=row[4],
-        allowed_models=tuple(allowed) if allowed is not None else None,
+        allowed_models=_allowed_column(row[5]),
         key_rpm=row[6],
         key_tpm=row[7],
         team_rpm=row[8],
         team_tpm=row[9],
         budget_ids=budgets,
     ), ""
+
+
+def _allowed_column(text: str | None) -> tuple[str, ...] | None:
+    """``model_names`` of the column's JSON text; text that is not JSON (never written so) allows nothing."""
+    if text is None:
+        return None
+    try:
+        return model_names(json.loads(text))
+    except ValueError:
+        return ()
 
 
 def authenticate(secret: str) -> tuple[Caller | None, str]:

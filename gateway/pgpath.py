@@ -68,9 +68,16 @@ def connection_params(alias: str = "default") -> dict | None:
 # whether limits are counted in the database. Agrees with admission.screen and ratelimit.limits; where
 # the key is refused, or has several budgets, nothing is reserved and the
 # Python side decides as admission.admit does.
+# ``allowed_models`` comes as JSON text (keys.lookup_sql). Only SQL NULL and
+# a JSON array are decided here, the two shapes where ``?|`` (an array's
+# string elements) means what keys.model_names means; any other stored value
+# (a JSON string, an object) is left to keys.model_names, reserving nothing
+# here, so no value can be allowed here and refused there with its
+# reservation held.
 _SIMPLE = (
     "k.revoked_at IS NULL AND num_nonnulls(k.key_budget, k.team_budget, k.org_budget) = 1 "
-    "AND (k.allowed_models IS NULL OR k.allowed_models ?| %(names)s::text[]) "
+    "AND (k.allowed_models IS NULL OR (jsonb_typeof(k.allowed_models::jsonb) = 'array' "
+    "AND k.allowed_models::jsonb ?| %(names)s::text[])) "
     "AND NOT (%(db_limits)s AND num_nonnulls(k.rpm, k.tpm, k.team_rpm, k.team_tpm) > 0)"
 )
 
@@ -227,6 +234,26 @@ class PgPath:
         if failed is not None:
             return await self.run_db(admission.over_budget, caller, [failed], estimate, now)
         return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+    async def readmit(self, caller: keys.Caller, held: int, estimate: int | None, now: datetime):
+        """``admission.readmit`` on the loop: (what is held now, the refusal if any)."""
+        if not caller.budget_ids:
+            return 0, None
+        change = admission.adjustment(held, estimate)
+        if change > 0:
+            failed = await self._reserve(sorted(caller.budget_ids), change, now)
+            if failed is not None:
+                refused = await self.run_db(admission.over_budget, caller, [failed], change, now)
+                return held, refused.refused
+        elif change < 0:
+            await self._release(budgets.settle_statements(budgets.releases(caller.budget_ids, -change), now))
+        return held + change, None
+
+    async def _release(self, statements: list[budgets.Statement]) -> None:
+        """Give reservations back, in one transaction (not durable: a reservation lives as long as a request)."""
+        async with self._connection() as conn, conn.transaction():
+            for sql, params in statements:
+                await conn.execute(sql, params)
 
     async def _read(self, sql: str, params: dict):
         async def work(conn):

@@ -100,8 +100,13 @@ class Ticket:
     endpoint: str
     stream: bool
     started: float
-    prompt: str
+    prompt: tokens.Prompt
     reserved: tuple[tuple[int, int], ...] = ()
+    """(budget id, micros) held on each budget over the key: the same micros on each."""
+    bounds: tuple[int, int] = (0, 0)
+    """The most prompt and completion tokens this request can cost, whichever model serves it."""
+    holding: asyncio.Future | None = None
+    """A hop's re-admission still under way when the client left: recorded once it has landed."""
     drop_usage_chunk: bool = False
     """llmgw asked the engine for usage on the client's behalf: the usage-only chunk is not passed on."""
     at: object = field(default_factory=timezone.now)
@@ -155,6 +160,12 @@ class Gateway:
         if self.pg is not None:
             return await self.pg.admit(*args)
         return await self.run_db(admission.admit, *args)
+
+    async def readmit(self, caller: Caller, held: int, estimate: int | None, now) -> tuple[int, errors.Refused | None]:
+        """``admission.readmit``'s answer, from the loop where the database allows."""
+        if self.pg is not None:
+            return await self.pg.readmit(caller, held, estimate, now)
+        return await self.run_db(admission.readmit, caller, held, estimate, now)
 
     async def close(self) -> None:
         """Write what is queued, then close the upstream client and every connection."""
@@ -217,8 +228,9 @@ class Gateway:
             if entry is None:
                 raise errors.unknown_model(name)
         stream = bool(body.get("stream")) and endpoint != "embeddings"
-        prompt = tokens.prompt_text(body)
-        estimate = self._estimate(entry, body, prompt, endpoint)
+        prompt = tokens.prompt_of(body)
+        bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, self.conf.default_completion_tokens))
+        estimate = self._estimate(entry, bounds)
         admission_task = asyncio.ensure_future(
             self.admit(secret, name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
         )
@@ -233,7 +245,7 @@ class Gateway:
             raise
         if admitted.caller is None:
             raise admitted.refused
-        ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
+        ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
         try:
@@ -268,17 +280,35 @@ class Gateway:
             ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
             self._finish(ticket, status=CLIENT_CLOSED, outcome="client_disconnected")
 
-    def _estimate(self, entry: ModelEntry, body: dict, prompt: str, endpoint: str) -> int | None:
-        """What the request may cost at most, for the budget reservation; None: the model is free."""
-        if entry.price is None:
+    @staticmethod
+    def _estimate(model: ModelEntry, bounds: tuple[int, int]) -> int | None:
+        """What the request may cost at most on ``model``, for the budget reservation; None: the model is free."""
+        if model.price is None:
             return None
-        completion = 0
-        if endpoint != "embeddings":
-            completion = body.get("max_completion_tokens") or body.get("max_tokens")
-            if not isinstance(completion, int) or completion <= 0:
-                completion = self.conf.default_completion_tokens
-            completion *= body.get("n") if isinstance(body.get("n"), int) and body["n"] > 0 else 1
-        return budgets.cost_micros(tokens.estimate(prompt), completion, entry.price)
+        return budgets.cost_micros(bounds[0], bounds[1], model.price)
+
+    async def _hold(self, ticket: Ticket, model: ModelEntry) -> None:
+        """Reserve ``model``'s price for this request before its engine is asked (see gateway.admission).
+
+        The first hop was reserved by admission; a fallback at another price
+        moves the reservation. Shielded: a client that leaves meanwhile
+        cannot leave a reservation the ticket does not know of; its record
+        waits for this to land (``_record``).
+        """
+        held = ticket.reserved[0][1] if ticket.reserved else 0
+        estimate = self._estimate(model, ticket.bounds)
+        if not ticket.caller.budget_ids or admission.adjustment(held, estimate) == 0:
+            return
+        ticket.holding = asyncio.ensure_future(self._move_hold(ticket, held, estimate))
+        refused = await asyncio.shield(ticket.holding)
+        if refused is not None:
+            raise refused
+
+    async def _move_hold(self, ticket: Ticket, held: int, estimate: int | None) -> errors.Refused | None:
+        now, budget_ids = timezone.now(), ticket.caller.budget_ids
+        held, refused = await self.readmit(ticket.caller, held, estimate, now)
+        ticket.reserved = tuple((b, held) for b in budget_ids) if held else ()
+        return refused
 
     async def _route(self, ticket: Ticket, entry: ModelEntry, snapshot: Snapshot, body: dict, send) -> None:
         prefix = router.prompt_prefix(body, self.conf.affinity_prefix_chars)
@@ -290,7 +320,10 @@ class Gateway:
             demand_missing = await self._demand(entry)
         tried: set[str] = set()
         failures: list[str] = []
-        chain = [entry] + [snapshot.models[n] for n in entry.fallbacks if n in snapshot.models]
+        # A fallback the key may not use is skipped, and never named to it.
+        fallbacks = [snapshot.models[n] for n in entry.fallbacks if n in snapshot.models]
+        fallbacks = [m for m in fallbacks if admission.hop_allowed(ticket.caller, m.name, m.aliases)]
+        chain = [entry, *fallbacks]
         for model in chain:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
@@ -304,13 +337,14 @@ class Gateway:
             raise errors.upstream_failed(
                 f"every replica tried for {entry.name!r} failed before answering: " + "; ".join(failures[-3:])
             )
-        names = " or its fallbacks " + ", ".join(entry.fallbacks) if entry.fallbacks else ""
+        names = " or its fallbacks " + ", ".join(m.name for m in fallbacks) if fallbacks else ""
         raise errors.unavailable(f"model {entry.name!r}{names} has no ready replica now; try again shortly")
 
     async def _try_model(self, ticket, model, snapshot, body, prefix, tried, failures, send) -> bool:
         replicas = {r.id: r for r in snapshot.replicas.get(model.id, ())}
         if not replicas:
             return False
+        await self._hold(ticket, model)
         payload = _upstream_body(body, model.name, ticket.stream, ticket.endpoint)
         while True:
             replica_id = router.choose(
@@ -455,6 +489,9 @@ class Gateway:
         task.add_done_callback(self.background.discard)
 
     async def _record(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
+        if ticket.holding is not None:
+            # A hop's reservation may still be landing: settle what it holds (see _hold).
+            await asyncio.gather(ticket.holding, return_exceptions=True)
         counted_by = "engine"
         if usage is None:
             prompt = completion = 0

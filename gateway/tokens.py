@@ -6,8 +6,11 @@ stream carries no ``usage`` but its last chunk has ``timings`` with
 ``prompt_n`` and ``predicted_n``, which are its own counts too. When neither
 comes, llmgw counts: each streamed chunk that carries text is one token (an
 engine streams a token per chunk), and the prompt is counted by the engine's
-``/tokenize`` when it has one, else estimated at four characters a token.
+``/tokenize`` when it has one, else by its bound (``Prompt.bound``).
 Records counted that way say so (``counted_by = llmgw``).
+
+Budget reservations never wait for an engine: they use the bound, computed
+from the request alone before admission, so they cost no round trip.
 """
 
 from __future__ import annotations
@@ -21,32 +24,163 @@ from gateway.upstream import UpstreamError
 
 TOKENIZE_TIMEOUT_S = 2.0
 CHARS_PER_TOKEN = 4
+NON_TEXT_TOKENS = 16_384
+"""What one image, audio, video or file part of a prompt is assumed to cost.
+
+Engines turn such a part into a number of tokens that depends on the model
+and the media (LLaVA 576, Llama 3.2 Vision up to 6,404, Qwen2-VL up to
+16,384 at its default largest picture), and nothing in the request says how
+many: the largest common one is assumed, so a reservation is never short.
+"""
+PER_PIECE_TOKENS = 8
+"""Tokens a chat template or tokenizer may add per message or prompt (role markers, BOS/EOS, a prefix space)."""
+PER_REQUEST_TOKENS = 64
+"""Tokens a chat template may add once per request (a default system line, the generation prompt)."""
+NON_TEXT_TYPES = frozenset(
+    {"image_url", "image", "input_image", "input_audio", "audio_url", "audio", "video_url", "video"}
+    | {"file", "input_file"}
+)
+# Body fields an engine renders into the prompt besides messages, prompt and input.
+RENDERED_FIELDS = ("tool_choice", "documents", "chat_template_kwargs", "suffix")
+
+
+@dataclass
+class Prompt:
+    """What a request's prompt is made of, for bounding and counting its tokens.
+
+    The bound is UTF-8 bytes, not characters over four: every tokenizer an
+    engine uses (byte-level BPE, SentencePiece with byte fallback) makes a
+    token of at least one byte, so a prompt's bytes are at least its tokens
+    whatever its script. English text is about four bytes a token, so the
+    bound is about four times the real count there and about right for CJK
+    (three bytes a character, often a token each).
+    """
+
+    text: list[str] = field(default_factory=list)
+    """Every piece of text the engine tokenizes: message strings, prompts, inputs, tools as JSON."""
+    token_ids: int = 0
+    """Tokens the client sent as ids (``prompt`` or ``input`` as lists of integers): counted exactly."""
+    non_text: int = 0
+    """Image, audio, video and file parts: NON_TEXT_TOKENS each."""
+    pieces: int = 0
+    """Messages, prompts and inputs: each may add PER_PIECE_TOKENS of template and special tokens."""
+    sequences: int = 1
+    """Prompts generated from: a completion's list of prompts is answered prompt by prompt."""
+
+    @property
+    def joined(self) -> str:
+        return "\n".join(self.text)
+
+    def bound(self) -> int:
+        """At least as many tokens as any engine makes of this prompt (see the class's docstring)."""
+        size = sum(len(t.encode()) for t in self.text)
+        return (
+            size
+            + self.token_ids
+            + self.non_text * NON_TEXT_TOKENS
+            + self.pieces * PER_PIECE_TOKENS
+            + (PER_REQUEST_TOKENS)
+        )
+
+    def known(self, text_tokens: int) -> int:
+        """The prompt's tokens given the tokenizer's count of its text: ids and non-text parts added."""
+        return text_tokens + self.token_ids + self.non_text * NON_TEXT_TOKENS
 
 
 def estimate(text: str) -> int:
+    """A guess at an answer's tokens from its text, four characters a token: for a record, never a reservation.
+
+    Used only where an engine answered without counting its own answer;
+    budgets reserve by ``Prompt.bound`` and max_tokens instead.
+    """
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
-def prompt_text(body: Mapping) -> str:
-    """All the prompt's text, for estimating its size and counting its tokens."""
+def _walk(value, prompt: Prompt) -> None:
+    """Every string and number in a message or a content part, non-text parts counted apart."""
+    if isinstance(value, str):
+        prompt.text.append(value)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        prompt.text.append(str(value))
+    elif isinstance(value, list):
+        for item in value:
+            _walk(item, prompt)
+    elif isinstance(value, dict):
+        if value.get("type") in NON_TEXT_TYPES or any(k in NON_TEXT_TYPES for k in value if k != "type"):
+            prompt.non_text += 1
+            return
+        for name, item in value.items():
+            # A role is a template's marker and a type a part's kind, neither
+            # text: PER_PIECE_TOKENS covers them.
+            if name not in ("role", "type"):
+                _walk(item, prompt)
+
+
+def _sequences(value, prompt: Prompt) -> int:
+    """Add a ``prompt`` or ``input`` (text, token ids, or a list of either); how many sequences it holds."""
+    if isinstance(value, str):
+        prompt.text.append(value)
+        prompt.pieces += 1
+        return 1
+    if not isinstance(value, list) or not value:
+        return 0
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        prompt.token_ids += len(value)
+        prompt.pieces += 1
+        return 1
+    return sum(_sequences(v, prompt) if isinstance(v, str | list) else _other(v, prompt) for v in value)
+
+
+def _other(value, prompt: Prompt) -> int:
+    _walk(value, prompt)
+    prompt.pieces += 1
+    return 1
+
+
+def prompt_of(body: Mapping) -> Prompt:
+    """Everything in a request an engine turns into prompt tokens."""
+    prompt = Prompt()
     messages = body.get("messages")
     if isinstance(messages, list):
-        out = []
         for message in messages:
-            if isinstance(message, dict):
-                content = message.get("content")
-                if isinstance(content, list):
-                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-                if isinstance(content, str):
-                    out.append(content)
-        return "\n".join(out)
+            _walk(message, prompt)
+            prompt.pieces += 1
+    for name in ("tools", "functions"):
+        if body.get(name):
+            # Templates render tools as JSON, some indented by four: the
+            # indented, ASCII-escaped form has at least the bytes of any of them.
+            prompt.text.append(json.dumps(body[name], indent=4))
+    for name in RENDERED_FIELDS:
+        _walk(body.get(name), prompt)
+    count = 0
     for name in ("prompt", "input"):
-        value = body.get(name)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list):
-            return "\n".join(v for v in value if isinstance(v, str))
-    return ""
+        count += _sequences(body.get(name), prompt)
+    prompt.sequences = max(count, 1)
+    return prompt
+
+
+def completion_bound(body: Mapping, prompt: Prompt, endpoint: str, default: int) -> int:
+    """The most completion tokens a request may be answered with: max_tokens (else ``default``) per choice.
+
+    Choices are ``n`` (or ``best_of`` where larger: vLLM generates that many
+    and returns the best) for each of the prompts.
+    """
+    if endpoint == "embeddings":
+        return 0
+    per = _positive(body.get("max_completion_tokens")) or _positive(body.get("max_tokens")) or default
+    choices = max(_positive(body.get("n")) or 1, _positive(body.get("best_of")) or 1)
+    return per * choices * prompt.sequences
+
+
+def _positive(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def prompt_text(body: Mapping) -> str:
+    """All the prompt's text, newline-joined (what the engine's ``/tokenize`` is asked to count)."""
+    return prompt_of(body).joined
 
 
 def usage_of(obj: Mapping) -> tuple[int, int] | None:
@@ -143,12 +277,34 @@ class StreamMeter:
         return True
 
 
-async def count_prompt(client, endpoint: str, model: str, text: str) -> int:
-    """The prompt's tokens by the engine's ``/tokenize`` (vLLM, llama.cpp), else an estimate.
+def _count(data) -> int | None:
+    """The token count in a ``/tokenize`` answer: vLLM's and SGLang's ``count``, llama.cpp's ``tokens``."""
+    if not isinstance(data, dict):
+        return None
+    count = data.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    if isinstance(data.get("tokens"), list):
+        return len(data["tokens"])
+    return None
 
-    ``client`` is a gateway.upstream.Client.
+
+async def count_prompt(client, endpoint: str, model: str, prompt: Prompt) -> int:
+    """The prompt's tokens by the engine's ``/tokenize``, else its bound.
+
+    vLLM and SGLang read ``prompt``, llama.cpp reads ``content``; each adds
+    its special tokens when asked. The tokenizer counts the text; tokens sent
+    as ids and non-text parts are added as the bound counts them. An engine
+    without ``/tokenize`` (404, no answer within TOKENIZE_TIMEOUT_S, an
+    answer with no count) gets the bound, never less. ``client`` is a
+    gateway.upstream.Client.
     """
-    body = json.dumps({"model": model, "prompt": text, "content": text}).encode()
+    if not prompt.text:
+        return prompt.known(0)
+    text = prompt.joined
+    body = json.dumps(
+        {"model": model, "prompt": text, "add_special_tokens": True, "content": text, "add_special": True}
+    ).encode()
 
     async def ask() -> dict | None:
         answer = await client.post(f"{endpoint}/tokenize", body)
@@ -156,12 +312,7 @@ async def count_prompt(client, endpoint: str, model: str, text: str) -> int:
         return json.loads(data) if answer.status == 200 else None
 
     try:
-        data = await asyncio.wait_for(ask(), TOKENIZE_TIMEOUT_S)
+        counted = _count(await asyncio.wait_for(ask(), TOKENIZE_TIMEOUT_S))
     except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError, UpstreamError):
-        data = None
-    if isinstance(data, dict):
-        if isinstance(data.get("count"), int):
-            return data["count"]
-        if isinstance(data.get("tokens"), list):
-            return len(data["tokens"])
-    return estimate(text)
+        counted = None
+    return prompt.bound() if counted is None else prompt.known(counted)

@@ -4,7 +4,7 @@ Plain asyncio streams, HTTP/1.1 with keep-alive, no framework: it must not
 be the slowest thing in a benchmark. It answers ``/v1/chat/completions``,
 ``/v1/completions`` (plain and streamed, ``usage`` like vLLM or none like
 llama.cpp), ``/v1/embeddings``, ``/v1/models`` and ``/tokenize`` (one token a
-word), and it notices a client that hangs up mid-stream.
+word, in vLLM's or llama.cpp's shape), and it notices a client that hangs up mid-stream.
 
 Run on its own: ``python -m tests.gateway.fake_engine --port 9000``.
 """
@@ -34,6 +34,14 @@ class Behaviour:
     name: str = "fake"
     api_key: str = ""
     """When set, every path wants ``Authorization: Bearer <api_key>`` (401 without), as vLLM given a key."""
+    tokenize: str = "vllm"
+    """``/tokenize`` as ``vllm`` and SGLang answer it (reads ``prompt``, gives ``count`` and ``tokens``),
+    as ``llamacpp`` does (reads ``content``, gives ``tokens``), ``none`` (404) or ``broken`` (no usable count)."""
+    prompt_count: str = "words"
+    """How the prompt's tokens are reported: ``words`` (one a word) or ``bytes`` (one a UTF-8 byte of the
+    text, the most any real tokenizer makes: a prompt in a script the tokenizer knows badly)."""
+    honour_max_tokens: bool = False
+    """Answer with at most ``max_tokens`` (or ``max_completion_tokens``) tokens, as real engines do."""
 
 
 @dataclass
@@ -46,7 +54,7 @@ class Stats:
     unauthorized: int = 0
 
 
-def prompt_tokens(body: dict) -> int:
+def prompt_tokens(body: dict, count: str = "words") -> int:
     text = ""
     for m in body.get("messages") or []:
         if isinstance(m, dict) and isinstance(m.get("content"), str):
@@ -55,7 +63,7 @@ def prompt_tokens(body: dict) -> int:
         text += " " + body["prompt"]
     if isinstance(body.get("input"), str):
         text += " " + body["input"]
-    return len(text.split())
+    return len(text.encode()) if count == "bytes" else len(text.split())
 
 
 class FakeEngine:
@@ -100,9 +108,7 @@ class FakeEngine:
     async def _handle(self, method, path, raw, reader, writer) -> bool:
         b = self.behaviour
         if path == "/tokenize":
-            body = json.loads(raw or b"{}")
-            text = body.get("content") or body.get("prompt") or ""
-            return self._json(writer, 200, {"tokens": list(range(len(text.split())))})
+            return self._tokenize(writer, json.loads(raw or b"{}"))
         if path == "/v1/models":
             return self._json(writer, 200, {"object": "list", "data": [{"id": b.name, "object": "model"}]})
         if not path.startswith("/v1/"):
@@ -113,7 +119,7 @@ class FakeEngine:
             self.stats.bodies.append(body)
         if b.fail_status:
             return self._json(writer, b.fail_status, {"error": {"message": "the fake engine is told to fail"}})
-        prompt = prompt_tokens(body)
+        prompt = prompt_tokens(body, b.prompt_count)
         if path == "/v1/embeddings":
             self.stats.completed += 1
             return self._json(
@@ -129,7 +135,8 @@ class FakeEngine:
         chat = path == "/v1/chat/completions"
         if body.get("stream"):
             return await self._stream(writer, reader, body, chat, prompt)
-        text = " ".join(f"w{i}" for i in range(b.tokens))
+        count = self._tokens(body)
+        text = " ".join(f"w{i}" for i in range(count))
         answer = {
             "id": "cmpl-fake",
             "object": "chat.completion" if chat else "text_completion",
@@ -144,14 +151,34 @@ class FakeEngine:
         if b.usage != "none":
             answer["usage"] = {
                 "prompt_tokens": prompt,
-                "completion_tokens": b.tokens,
-                "total_tokens": prompt + b.tokens,
+                "completion_tokens": count,
+                "total_tokens": prompt + count,
             }
         self.stats.completed += 1
         return self._json(writer, 200, answer)
 
+    def _tokenize(self, writer, body: dict) -> bool:
+        """One token a word, in the answer shape of the engine ``tokenize`` names."""
+        style = self.behaviour.tokenize
+        if style == "none":
+            return self._json(writer, 404, {"error": "not found"})
+        if style == "broken":
+            return self._json(writer, 200, {"count": -3, "tokens": "many"})
+        text = body.get("content" if style == "llamacpp" else "prompt")
+        tokens = list(range(len(text.split()))) if isinstance(text, str) else []
+        if style == "llamacpp":
+            return self._json(writer, 200, {"tokens": tokens})
+        return self._json(writer, 200, {"count": len(tokens), "max_model_len": 4096, "tokens": tokens})
+
+    def _tokens(self, body: dict) -> int:
+        wanted = body.get("max_completion_tokens") or body.get("max_tokens")
+        if self.behaviour.honour_max_tokens and isinstance(wanted, int) and wanted > 0:
+            return min(self.behaviour.tokens, wanted)
+        return self.behaviour.tokens
+
     async def _stream(self, writer, reader, body, chat, prompt) -> bool:
         b = self.behaviour
+        count = self._tokens(body)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             b"cache-control: no-cache\r\n\r\n"
@@ -159,23 +186,23 @@ class FakeEngine:
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model")}
         base["object"] = "chat.completion.chunk" if chat else "text_completion"
         try:
-            for i in range(b.tokens):
+            for i in range(count):
                 if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
                     self.stats.cancelled += 1
                     return False
-                choice = {"index": 0, "finish_reason": "stop" if i == b.tokens - 1 else None}
+                choice = {"index": 0, "finish_reason": "stop" if i == count - 1 else None}
                 if chat:
                     choice["delta"] = {"content": f"w{i} "} if i else {"role": "assistant", "content": "w0 "}
                 else:
                     choice["text"] = f"w{i} "
                 event = {**base, "choices": [choice]}
-                if i == b.tokens - 1 and b.usage == "llamacpp":
-                    event["timings"] = {"prompt_n": prompt, "predicted_n": b.tokens}
+                if i == count - 1 and b.usage == "llamacpp":
+                    event["timings"] = {"prompt_n": prompt, "predicted_n": count}
                 self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
                 await writer.drain()
             options = body.get("stream_options") or {}
             if b.usage == "vllm" and options.get("include_usage"):
-                usage = {"prompt_tokens": prompt, "completion_tokens": b.tokens, "total_tokens": prompt + b.tokens}
+                usage = {"prompt_tokens": prompt, "completion_tokens": count, "total_tokens": prompt + count}
                 self._chunk(writer, b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
             self._chunk(writer, b"data: [DONE]\n\n")
             writer.write(b"0\r\n\r\n")

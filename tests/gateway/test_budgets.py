@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -10,8 +11,11 @@ from django.db import connection
 from django.utils import timezone
 
 from gateway import budgets, keys
-from gateway.models import Budget
+from gateway.asgi import GatewayApp
+from gateway.models import Budget, Team
+from gateway.proxy import Gateway
 from gateway.usage import Finished, write
+from tests.gateway.harness import FAST, call, key, model, replica, settle
 
 NOW = datetime(2026, 3, 18, 15, 30, tzinfo=UTC)  # a Wednesday
 
@@ -117,3 +121,39 @@ def test_usage_writes_settle_reservations_with_the_real_cost():
     write([finished])
     budget.refresh_from_db()
     assert (budget.reserved_micros, budget.spent_micros) == (0, 42)
+
+
+@pytest.mark.django_db
+def test_a_request_that_cost_more_than_it_reserved_leaves_every_next_request_refused():
+    # No max_tokens, and the engine went past the default: charged in full,
+    # and the budget refuses from then on (reserving needs spent < amount).
+    budget = team_budget(200, period_start=NOW)
+    assert budgets.reserve([budget.id], 100, NOW) is None
+    budgets.settle([(budget.id, 100, 300)], NOW)
+    budget.refresh_from_db()
+    assert (budget.spent_micros, budget.reserved_micros) == (300, 0)
+    assert "is spent" in budgets.reserve([budget.id], 1, NOW).sentence
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_requests_that_set_max_tokens_never_overrun_a_budget_whatever_the_script(engines, on_loop):
+    # An engine whose tokenizer makes a token of every byte of a CJK prompt:
+    # four characters a token reserved a twelfth of it.
+    engine = engines(prompt_count="bytes", honour_max_tokens=True)
+    replica(model("llama", price=(1_000_000, 1_000_000)), engine.url)  # a micro a token
+    secret = key()
+    budget = Budget.objects.create(scope="team", team=Team.objects.get(), amount_micros=1_500, period="day")
+    body = {"model": "llama", "max_tokens": 5, "messages": [{"role": "user", "content": "预算不能被超出" * 30}]}
+
+    async def scenario():
+        app = GatewayApp(lambda: Gateway(FAST, queries_on_loop=on_loop))
+        try:
+            return [await call(app, "/v1/chat/completions", body, key=secret) for _ in range(4)]
+        finally:
+            await settle(app)
+
+    answers = asyncio.run(scenario())
+    budget.refresh_from_db()
+    assert budget.spent_micros <= 1_500 and budget.reserved_micros == 0, [a.status for a in answers]
+    assert answers[0].status == 200 and answers[-1].status == 429

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-from gateway.tokens import StreamMeter, estimate, prompt_text, usage_of
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway import tokens, upstream
+from gateway.tokens import StreamMeter, completion_bound, count_prompt, estimate, prompt_of, prompt_text, usage_of
 
 
 def event(obj) -> bytes:
@@ -58,6 +64,103 @@ def test_crlf_separated_events_and_llamacpp_timings():
 def test_usage_and_prompt_text_helpers():
     assert usage_of({"usage": {"prompt_tokens": 3}}) == (3, 0)
     assert usage_of({"usage": None}) is None
-    assert estimate("abcdefghi") == 3
+    assert estimate("abcdefghi") == 3  # a guess at an answer's tokens, for records only
     assert prompt_text({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}) == "a\nb"
     assert prompt_text({"input": ["x", "y"]}) == "x\ny"
+
+
+def bound(body: dict) -> int:
+    return prompt_of(body).bound()
+
+
+FLOOR = tokens.PER_REQUEST_TOKENS
+
+
+def test_prompts_sent_as_token_ids_are_counted_one_each():
+    assert bound({"prompt": list(range(1000))}) >= 1000
+    assert bound({"prompt": [list(range(300)), list(range(200))]}) >= 500
+    assert prompt_of({"prompt": [[1, 2], [3]]}).sequences == 2
+
+
+def test_embedding_inputs_as_lists_of_text_or_ids_are_counted():
+    assert bound({"input": ["x" * 400, "y" * 400]}) >= 800
+    assert bound({"input": [[7] * 500, [8] * 500]}) >= 1000
+
+
+def test_tool_definitions_are_counted():
+    tool = {"type": "function", "function": {"name": "lookup", "description": "d" * 2000, "parameters": {}}}
+    without = bound({"messages": [{"role": "user", "content": "hi"}]})
+    assert bound({"messages": [{"role": "user", "content": "hi"}], "tools": [tool]}) >= without + 2000
+
+
+def test_images_and_audio_count_a_fixed_conservative_cost_and_their_data_nothing_more():
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100}}
+    audio = {"type": "input_audio", "input_audio": {"data": "B" * 100, "format": "wav"}}
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this"}, image, audio]}]}
+    prompt = prompt_of(body)
+    assert prompt.non_text == 2 and prompt.bound() >= 2 * tokens.NON_TEXT_TOKENS
+    assert "A" * 100 not in prompt.joined and "what is this" in prompt.joined
+
+
+def test_cjk_text_is_bounded_by_its_bytes_not_a_quarter_of_its_characters():
+    text = "预算不能被超出" * 100  # 700 characters; a tokenizer may well make 700 tokens of them
+    assert bound({"messages": [{"role": "user", "content": text}]}) >= 3 * 700
+
+
+def test_tool_calls_and_every_other_string_of_a_message_are_counted():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{" + "x" * 500 + "}"}}
+    body = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+    assert bound(body) >= 500
+
+
+@given(
+    texts=st.lists(st.text(max_size=40), max_size=5),
+    ids=st.lists(st.integers(min_value=0, max_value=200_000), max_size=50),
+)
+def test_the_bound_is_never_below_the_bytes_or_ids_sent(texts, ids):
+    # Every tokenizer engines use makes a token of one byte at least.
+    messages = [{"role": "user", "content": t} for t in texts]
+    assert bound({"messages": messages}) >= sum(len(t.encode()) for t in texts) + FLOOR
+    assert bound({"prompt": ids}) >= len(ids) + FLOOR
+
+
+def test_completions_are_bounded_by_max_tokens_for_every_choice_of_every_prompt():
+    one = prompt_of({"prompt": "a"})
+    assert completion_bound({"max_tokens": 10}, one, "completions", 1024) == 10
+    assert completion_bound({}, one, "completions", 1024) == 1024
+    assert completion_bound({"max_tokens": 10, "n": 3}, one, "completions", 1024) == 30
+    assert completion_bound({"max_tokens": 10, "n": 2, "best_of": 5}, one, "completions", 1024) == 50
+    assert completion_bound({"max_completion_tokens": 7, "max_tokens": 99}, one, "chat/completions", 1) == 7
+    four = prompt_of({"prompt": ["a", "b", "c", "d"]})
+    assert completion_bound({"max_tokens": 10}, four, "completions", 1024) == 40
+    assert completion_bound({"max_tokens": True, "n": -1}, one, "completions", 5) == 5
+    assert completion_bound({"max_tokens": 10}, one, "embeddings", 1024) == 0
+
+
+def tokenized(engine_url: str, body: dict) -> int:
+    async def go():
+        client = upstream.Client(connect_timeout_s=1.0, read_timeout_s=2.0)
+        try:
+            return await count_prompt(client, engine_url, "m", prompt_of(body))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("style", ["vllm", "llamacpp"])
+def test_the_engines_tokenizer_counts_the_text_and_ids_and_images_are_added(engines, style):
+    engine = engines(tokenize=style)
+    image = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "one two three"}, image]}]}
+    # The fake tokenizer makes a token of each word.
+    assert tokenized(engine.url, body) == 3 + tokens.NON_TEXT_TOKENS
+    assert tokenized(engine.url, {"prompt": [1, 2, 3]}) == 3  # ids need no tokenizer
+
+
+@pytest.mark.parametrize("style", ["none", "broken"])
+def test_without_a_working_tokenizer_the_prompt_is_counted_by_its_bound(engines, style):
+    engine = engines(tokenize=style)
+    body = {"messages": [{"role": "user", "content": "一二三四"}]}
+    assert tokenized(engine.url, body) == bound(body)
+    assert tokenized("http://127.0.0.1:1", body) == bound(body)
