@@ -7,7 +7,6 @@ stored changes: validation happens before the transaction that writes.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from django.db import IntegrityError, transaction
@@ -20,8 +19,10 @@ from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from catalog import rules
 from dashboard import live
 from inventory import ingest, scans
+from inventory.bounds import report_bounds
 from inventory.models import Node
-from inventory.report_schema import heartbeat_problems, report_problems
+from inventory.report_schema import heartbeat_problems, report_problems, unstorable
+from llmgw import jsonbody
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from llmgw.agentapi.desk import desk
 from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
@@ -49,9 +50,9 @@ def read_json(request, limit: int):
     if len(body) > limit:
         raise Refused(413, too_large(None, limit))
     try:
-        return json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Refused(400, f"the body is not valid JSON: {exc}") from None
+        return jsonbody.loads(body or b"null")
+    except jsonbody.BodyError as exc:
+        raise Refused(400, str(exc)) from None
 
 
 def refusals(view):
@@ -67,7 +68,7 @@ def refusals(view):
 
 
 def check_report(report) -> None:
-    problems = report_problems(report)
+    problems = report_problems(report, report_bounds())
     if problems:
         raise Refused(400, "the report was not stored: " + "; ".join(problems))
 
@@ -110,6 +111,10 @@ def register(request):
     body = read_json(request, REPORT_LIMIT)
     if not isinstance(body, dict):
         raise Refused(400, "the registration must be a JSON object with at least a name")
+    problems: list[str] = []
+    unstorable({k: v for k, v in body.items() if k != "report"}, "registration", problems)
+    if problems:
+        raise Refused(400, "the registration was not stored: " + "; ".join(problems))
     name = body.get("name")
     if not isinstance(name, str) or rules.name_problem("node name", name):
         raise Refused(400, rules.name_problem("node name", str(name)) or "name must be a string")
