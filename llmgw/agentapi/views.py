@@ -190,13 +190,10 @@ def scan(request):
     """A topology scan's output (or why it failed) from the node that was asked to run it."""
     node = node_for_credential(bearer(request))
     body = read_json(request, scans.SCAN_LIMIT)
-    if not isinstance(body, dict) or not isinstance(body.get("fabric"), str):
-        raise Refused(400, "a scan upload is an object with the fabric it was asked for, and output or error")
-    if not isinstance(body.get("output", ""), str) or not isinstance(body.get("error", ""), str):
-        raise Refused(400, "output and error must be text")
-    if not body.get("output") and not body.get("error"):
-        raise Refused(400, "a scan upload needs the output of ibnetdiscover, or the error it ended with")
-    record = scans.record_scan(node, body, timezone.now())
+    try:
+        record = scans.accept_upload(node, body, timezone.now())
+    except scans.UploadRefused as refused:
+        raise Refused(refused.status, refused.message) from None
     return JsonResponse({"fabric": record.fabric_key, "kept": not record.error, "error": record.error or None})
 
 
