@@ -2,8 +2,9 @@
 
 Steps for a full report, all in one transaction:
 
-1. Compare the report's digest (volatile readings left out) with the one
-   stored at the last report. Equal: only liveness and load are written.
+1. Compare the report's digest (volatile readings and traffic counters left
+   out; error counters kept, see agent.protocol) with the one stored at the
+   last report. Equal: only liveness and load are written.
 2. Otherwise map node-level facts onto the node's columns and write those
    that differ. A key the report lacks becomes NULL — unknown — never empty.
 3. Diff GPUs by index and IB ports by (HCA, port): create, update only the
