@@ -67,10 +67,22 @@ def refusals(view):
     return csrf_exempt(require_POST(wrapped))
 
 
-def check_report(report) -> None:
+def check_report(report, node: Node | None = None) -> None:
+    """Refuse a report the columns cannot hold; a registered node keeps why, for operators to see."""
     problems = report_problems(report, report_bounds())
     if problems:
-        raise Refused(400, "the report was not stored: " + "; ".join(problems))
+        message = "the report was not stored: " + "; ".join(problems)
+        if node is not None:
+            note_report_error(node, message)
+        raise Refused(400, message)
+
+
+def note_report_error(node: Node, message: str) -> None:
+    """Keep (or clear, with "") why the node's last report was refused: it shows on the node's page and in the API."""
+    kept = message[: Node._meta.get_field("report_error").max_length]
+    if node.report_error != kept:
+        Node.objects.filter(pk=node.pk).update(report_error=kept)
+        node.report_error = kept
 
 
 def publish_changes(node: Node, result: ingest.IngestResult) -> None:
@@ -149,6 +161,7 @@ def register(request):
             node.save(update_fields=["credential_digest", "last_seen"])
         if report is not None:
             publish_changes(node, ingest.ingest_report(node, report, now))
+            note_report_error(node, "")
     desk.remember(node)
     if created:
         transaction.on_commit(
@@ -172,9 +185,10 @@ def report(request):
     """A full discovery report from a registered node."""
     node = node_for_credential(bearer(request))
     body = read_json(request, REPORT_LIMIT)
-    check_report(body)
+    check_report(body, node)
     now = timezone.now()
     result = ingest.ingest_report(node, body, now)
+    note_report_error(node, "")
     desk.remember(node)
     if not result.unchanged:
         publish_changes(node, result)

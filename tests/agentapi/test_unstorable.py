@@ -148,3 +148,18 @@ def test_values_at_the_column_limits_are_stored(client, node):
     assert answer.status_code == 200, answer.content
     stored = Node.objects.get()
     assert stored.agent_version == "v" * 50 and stored.gpus.get(index=0).memory_mb == 2**63 - 1
+
+
+def test_a_refused_report_is_kept_on_the_node_until_one_is_taken_and_heartbeats_go_on(client, node):
+    from inventory.views_data import node_detail, node_list
+
+    refused = post(client, "report", with_port(port=70000), node)
+    assert refused.status_code == 400
+    stored = Node.objects.get()
+    assert stored.report_error == refused.json()["error"]
+    assert node_detail("tray-01")["report_error"] == stored.report_error
+    (listed,) = node_list()
+    assert any("last full report was refused" in w and "ib_ports[0].port" in w for w in listed["warnings"])
+    assert post(client, "heartbeat", {}, node).status_code == 200
+    assert post(client, "report", report(), node).status_code == 200
+    assert Node.objects.get().report_error == "" and "report_error" not in node_detail("tray-01")
