@@ -276,6 +276,8 @@ def _ports(ports: list, bounds: Bounds, out: list[str]) -> None:
                 out.append(f"{where} has no {key}")
         _fields(port, PORT_FIELDS, where, "ib_ports[]", bounds, out)
         key = (port.get("hca"), port.get("port"))
+        if not (isinstance(key[0], str) and _is_int(key[1])):
+            continue  # already refused above; and a list is no key to compare
         if key in seen:
             out.append(f"{where}: {key[0]} port {key[1]} appears twice")
         seen.add(key)
