@@ -16,6 +16,7 @@ endpoint, and is assigned its fabric's topology scan.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 from typing import Any
@@ -147,10 +148,9 @@ def mutated(draw, base: dict, words: list[Any]) -> Any:
     paths = leaves(doc)
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         path = draw(st.sampled_from(paths))
-        try:
-            doc = put(doc, path, draw(st.one_of(HOSTILE, st.sampled_from(words))))
-        except (KeyError, IndexError, TypeError):
-            pass  # an earlier mutation replaced a parent of this path
+        value = draw(st.one_of(HOSTILE, st.sampled_from(words)))
+        with contextlib.suppress(KeyError, IndexError, TypeError):  # an earlier mutation replaced a parent
+            doc = put(doc, path, value)
     return doc
 
 
