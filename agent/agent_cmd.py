@@ -142,6 +142,7 @@ class Discovery:
     def __init__(self, settings: AgentSettings) -> None:
         self.sources = Sources(use_nvml=settings.use_nvml, model_dirs=tuple(settings.model_dirs))
         self.fabrics = settings.fabrics
+        self.address = settings.advertise_host
         self.sampler = LoadSampler()
 
     async def report(self) -> dict:
@@ -150,6 +151,8 @@ class Discovery:
         report = await asyncio.to_thread(build_report, self.sources, sampler=self.sampler)
         if self.fabrics is not None:
             report["fabrics"] = self.fabrics
+        # The control plane takes an engine's endpoint only at this address.
+        report["address"] = self.address
         return report
 
     async def heartbeat(self) -> dict:

@@ -10,6 +10,11 @@ Steps, each turn:
 4. The control plane unreachable: wait with exponential backoff and full
    jitter (never a thundering herd on a recovering server), keep running the
    shards, and send the current state — a full report — once it answers.
+5. A full report refused (4xx: a value the server cannot store): say so in
+   the log, keep heartbeating, and do not send that same report again until
+   it changes or ``REFUSED_RETRY_S`` have passed (the server may have been
+   upgraded meanwhile). The server keeps what it had, and shows why on the
+   node. A registration refused for its report registers without it.
 
 The loop knows nothing of where reports come from: the real agent gives it
 discovery, the simulator gives it captures with faults applied.
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
+REFUSED_RETRY_S = 600.0
 
 
 @dataclass
@@ -54,6 +60,9 @@ class LoopState:
     desired_shards: list[dict] = field(default_factory=list)
     collecting: set[str] = field(default_factory=set)
     collected: list[dict] = field(default_factory=list)
+    # The digest of the last full report the server refused, and when; None once one is taken.
+    refused_digest: str | None = None
+    refused_at: float = float("-inf")
 
     last_error: str | None = None
 
@@ -112,8 +121,20 @@ class AgentLoop:
         if not self.join_token:
             raise Refused(401, "no credential and no join token: give --join-token once")
         report = await self.make_report()
-        registration = await self.plane.register(self.join_token, self.identity.name, self.identity.machine_id, report)
-        self.state.last_digest = protocol.report_digest(report)
+        digest = protocol.report_digest(report)
+        try:
+            registration = await self.plane.register(
+                self.join_token, self.identity.name, self.identity.machine_id, report
+            )
+            self.state.last_digest = digest
+        except Refused as exc:
+            if not self._is_report_refusal(exc):
+                raise
+            # The report, not the node, was refused: join without it, and heartbeat.
+            self._report_refused(digest, exc)
+            registration = await self.plane.register(
+                self.join_token, self.identity.name, self.identity.machine_id, None
+            )
 
         self.identity.credential = registration.credential
         self.state.registered = True
@@ -131,11 +152,39 @@ class AgentLoop:
     async def _send_report(self) -> dict:
         report = await self.make_report()
         digest = protocol.report_digest(report)
-        answer = await self.plane.report(report)
+        if digest == self.state.refused_digest and self.clock() - self.state.refused_at < REFUSED_RETRY_S:
+            self.state.last_report_at = self.clock()
+            self.state.want_report = False
+            return await self._send_heartbeat()  # the same report would be refused the same way
+        try:
+            answer = await self.plane.report(report)
+        except Refused as exc:
+            if not self._is_report_refusal(exc):
+                raise
+            self._report_refused(digest, exc)
+            return await self._send_heartbeat()
         self.state.last_digest = digest
         self.state.last_report_at = self.clock()
         self.state.want_report = False
+        self.state.refused_digest = None
         return answer
+
+    @staticmethod
+    def _is_report_refusal(exc: Refused) -> bool:
+        """A 4xx about the body (not the credential): sending it again unchanged cannot help."""
+        return exc.status in (400, 413, 422)
+
+    def _report_refused(self, digest: str, exc: Refused) -> None:
+        log.warning(
+            "the control plane refused this node's full report (%s); heartbeats go on, and the report is sent "
+            "again when it changes or in %.0f s",
+            exc,
+            REFUSED_RETRY_S,
+        )
+        self.state.refused_digest, self.state.refused_at = digest, self.clock()
+        self.state.last_report_at = self.clock()
+        self.state.want_report = False
+        self.state.last_error = f"report refused: {exc.message}"
 
     async def _send_heartbeat(self) -> dict:
         beat = await self.make_heartbeat()
@@ -150,7 +199,9 @@ class AgentLoop:
             self.state.collected = sent + self.state.collected  # told next time instead
             raise
         self.state.collecting.difference_update(d["path"] for d in sent)
-        if answer.get("send_report"):
+        # While the current report stands refused, the server asking for one is no news: it
+        # lacks exactly that report. It is tried again on the schedule in _send_report.
+        if answer.get("send_report") and self.state.refused_digest is None:
             self.state.want_report = True
         return answer
 
@@ -174,7 +225,8 @@ class AgentLoop:
             self.state.last_error = f"{type(exc).__name__}: {exc}"
             return backoff_s(self.state.failures, self.rng)
         self.state.failures = 0
-        self.state.last_error = None
+        if self.state.refused_digest is None:
+            self.state.last_error = None
         if "shards" in answer:
             self.state.desired_shards = answer["shards"]
             if self.on_shards:

@@ -27,6 +27,8 @@ __all__ = [
     "Link",
     "TopologyParseError",
     "lane_gbps",
+    "map_from_json",
+    "map_to_json",
     "normalize_guid",
     "parse",
 ]
@@ -166,6 +168,55 @@ class FabricMap:
         yield from self.switches.values()
         yield from self.cas.values()
         yield from self.routers.values()
+
+
+# --- keeping --------------------------------------------------------------
+#
+# A scan is parsed once, when it is uploaded, and kept as this plain JSON; a
+# page reads it back without running the parser again (a large fabric's text
+# is megabytes of regular expressions).
+
+
+def _node_to_json(n: IBNode) -> dict:
+    return {
+        "guid": n.guid,
+        "kind": n.kind,
+        "description": n.description,
+        "lid": n.lid,
+        "ports": n.ports,
+        "name": n.name,
+        "system_guid": n.system_guid,
+        "vendor_id": n.vendor_id,
+        "device_id": n.device_id,
+        # JSON keys are text; map_from_json turns the port numbers back into ints.
+        "port_guids": {str(k): v for k, v in n.port_guids.items()},
+        "port_lids": {str(k): v for k, v in n.port_lids.items()},
+    }
+
+
+def map_to_json(fmap: FabricMap) -> dict:
+    """``fmap`` as JSON-able data that :func:`map_from_json` reads back into an equal map."""
+    return {
+        "format": fmap.format,
+        "origin_guid": fmap.origin_guid,
+        "warnings": list(fmap.warnings),
+        "nodes": [_node_to_json(n) for n in fmap.all_nodes()],
+        "links": [[k.a_guid, k.a_port, k.b_guid, k.b_port, k.width, k.speed] for k in fmap.links],
+    }
+
+
+def map_from_json(data: dict) -> FabricMap:
+    """The map :func:`map_to_json` wrote; nodes keep the order the scan listed them in."""
+    fmap = FabricMap(format=data["format"], origin_guid=data["origin_guid"], warnings=list(data["warnings"]))
+    for raw in data["nodes"]:
+        node = IBNode(
+            **{k: v for k, v in raw.items() if k not in ("port_guids", "port_lids")},
+            port_guids={int(k): v for k, v in raw["port_guids"].items()},
+            port_lids={int(k): v for k, v in raw["port_lids"].items()},
+        )
+        getattr(fmap, _TABLES[node.kind])[node.guid] = node
+    fmap.links = [Link(*link) for link in data["links"]]
+    return fmap
 
 
 # --- reading -------------------------------------------------------------

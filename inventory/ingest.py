@@ -2,8 +2,9 @@
 
 Steps for a full report, all in one transaction:
 
-1. Compare the report's digest (volatile readings left out) with the one
-   stored at the last report. Equal: only liveness and load are written.
+1. Compare the report's digest (volatile readings and traffic counters left
+   out; error counters kept, see agent.protocol) with the one stored at the
+   last report. Equal: only liveness and load are written.
 2. Otherwise map node-level facts onto the node's columns and write those
    that differ. A key the report lacks becomes NULL — unknown — never empty.
 3. Diff GPUs by index and IB ports by (HCA, port): create, update only the
@@ -69,6 +70,9 @@ def node_columns(report: dict) -> dict[str, Any]:
     imex = report.get("imex") if isinstance(report.get("imex"), dict) else None
     return {
         "hostname": report.get("hostname") or host.get("hostname") or "",
+        # Where the node's engines answer (the agent's --advertise-host): the only host
+        # a replica's endpoint may name (placement/shard_status.py).
+        "mgmt_addr": report.get("address") or "",
         "agent_version": report.get("agent_version") or "",
         "os": host.get("os") or "",
         "os_version": host.get("os_version") or "",

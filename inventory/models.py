@@ -99,6 +99,12 @@ class Node(models.Model):
     )
     credential_digest = models.CharField(max_length=64, blank=True, editable=False, db_index=True)
     report_digest = models.CharField(max_length=64, blank=True, editable=False)
+    report_error = models.CharField(
+        max_length=500,
+        blank=True,
+        editable=False,
+        help_text="Why the last full report was refused (what was stored before is kept); blank once one is taken.",
+    )
     registered_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
@@ -269,6 +275,12 @@ class FabricScan(models.Model):
     hca = models.CharField("HCA", max_length=64, blank=True)
     port = models.PositiveSmallIntegerField(null=True, blank=True)
     output = models.TextField(blank=True)
+    fabric_map = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="``output`` as parsed when it was kept (ibnetdiscover.map_to_json): pages read this, never the text.",
+    )
     scanned_at = models.DateTimeField(null=True, blank=True)
     took_ms = models.PositiveIntegerField(null=True, blank=True)
     attempted_at = models.DateTimeField(null=True, blank=True)

@@ -7,11 +7,24 @@ path of the value at fault, so an agent author knows what to fix.
 
 Absent keys are allowed everywhere: an older agent that does not know a field
 leaves it out, and that means *unknown*.
+
+Two more rules keep one bad value from failing the write (a 500, which the
+agent takes for "unreachable"):
+
+- every value must be storable at all: no NUL and no lone surrogate in any
+  string or key (PostgreSQL text and jsonb refuse both), no NaN or infinity
+  (jsonb has no spelling for them);
+- every value that lands in a column must fit it. The limits (a string's
+  length, an integer's range) are not written here: they are read from the
+  Django models by ``inventory.bounds`` and passed in as ``bounds``, so a
+  column made narrower cannot leave the schema behind. This module stays pure;
+  the table is plain data keyed by the value's path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MAX_GPUS = 2048
@@ -20,6 +33,12 @@ MAX_PROBLEMS_REPORTED = 10
 MIG_INDEX_BASE = 1000
 
 Check = Callable[[Any], bool]
+# A string's most characters, or an integer's (lowest, highest).
+Limit = int | tuple[int, int]
+# Path of a value → the limit of the column it lands in. Paths read like the
+# problems do, with ``[]`` for any list item: "gpus[].memory_mb", "host.os",
+# "fabrics{}" for the keys of an object.
+Bounds = Mapping[str, Limit]
 
 
 def _is_int(v: Any) -> bool:
@@ -128,13 +147,49 @@ TOP_FIELDS: dict[str, tuple[Check, str]] = {
         "an object of fabric name → adapters",
     ),
     "problems": (_str_list, "a list of strings"),
+    "address": (_str, "a string"),
 }
+HOST_FIELDS: dict[str, tuple[Check, str]] = {
+    "hostname": (_str, "a string"),
+    "os": (_str, "a string"),
+    "os_version": (_str, "a string"),
+    "arch": (_str, "a string"),
+    "memory_mb": (_nullable(_nonneg_int), "a non-negative integer"),
+    "cpu_flags": (_str_list, "a list of strings"),
+}
+IMEX_FIELDS: dict[str, tuple[Check, str]] = {"state": (_str, "a string")}
 
 
-def _fields(obj: dict, spec: dict[str, tuple[Check, str]], where: str, out: list[str]) -> None:
+def _fields(
+    obj: dict, spec: dict[str, tuple[Check, str]], where: str, pattern: str, bounds: Bounds, out: list[str]
+) -> None:
+    """Check ``obj``'s known keys for type, then against the column each lands in (``pattern.key`` in ``bounds``)."""
     for key, (check, wanted) in spec.items():
-        if key in obj and not check(obj[key]):
-            out.append(f"{where}.{key} must be {wanted}, not {type(obj[key]).__name__} {_short(obj[key])}")
+        if key not in obj:
+            continue
+        value = obj[key]
+        if not check(value):
+            out.append(f"{where}.{key} must be {wanted}, not {type(value).__name__} {_short(value)}")
+            continue
+        limit = bounds.get(f"{pattern}.{key}" if pattern else key)
+        if limit is not None and value is not None:
+            problem = _beyond(value, limit)
+            if problem:
+                out.append(f"{where}.{key}: {problem}")
+
+
+def _beyond(value: Any, limit: Limit) -> str | None:
+    """Why ``value`` does not fit a column of this limit, or None when it does."""
+    if isinstance(limit, int):
+        if isinstance(value, str) and len(value) > limit:
+            return f"{_short(value)} is {len(value)} characters; the column holds {limit}"
+        return None
+    low, high = limit
+    if _is_int(value) and value > high:
+        return f"{value} is more than the column holds ({high})"
+    if _is_int(value) and value < low:
+        return f"{value} is less than the column holds ({low})"
+    return None
 
 
 def _short(value: Any) -> str:
@@ -142,7 +197,43 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _gpus(gpus: list, out: list[str]) -> None:
+def unstorable(value: Any, where: str, out: list[str]) -> None:
+    """Add a problem for each string, key or number in ``value`` that no column can hold.
+
+    Iterative, so a deep document cannot exhaust the stack (jsonbody has
+    already refused anything past 64 levels, but this is also called on
+    values that did not come through it).
+    """
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack and len(out) < MAX_PROBLEMS_REPORTED:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            problem = _bad_text(item)
+            if problem:
+                out.append(f"{path}: {problem}")
+        elif isinstance(item, float) and not math.isfinite(item):
+            out.append(f"{path}: {item} is not a number that can be stored")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                problem = _bad_text(key) if isinstance(key, str) else None
+                if problem:
+                    out.append(f"{path}: a key {problem}")
+                stack.append((child, f"{path}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+
+
+def _bad_text(text: str) -> str | None:
+    if "\x00" in text:
+        return f"{_short(text)} holds a NUL character, which cannot be stored"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{_short(text)} holds a lone surrogate (not UTF-8), which cannot be stored"
+    return None
+
+
+def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
     if len(gpus) > MAX_GPUS:
         out.append(f"gpus has {len(gpus)} entries; at most {MAX_GPUS} are accepted")
         return
@@ -155,9 +246,9 @@ def _gpus(gpus: list, out: list[str]) -> None:
         for key in ("index", "uuid", "name", "class"):
             if key not in gpu:
                 out.append(f"{where} has no {key}")
-        _fields(gpu, GPU_FIELDS, where, out)
+        _fields(gpu, GPU_FIELDS, where, "gpus[]", bounds, out)
         if isinstance(gpu.get("fabric"), dict):
-            _fields(gpu["fabric"], FABRIC_FIELDS, f"{where}.fabric", out)
+            _fields(gpu["fabric"], FABRIC_FIELDS, f"{where}.fabric", "gpus[].fabric", bounds, out)
         index = gpu.get("index")
         if _nonneg_int(index):
             if index in seen:
@@ -170,7 +261,7 @@ def _gpus(gpus: list, out: list[str]) -> None:
                 )
 
 
-def _ports(ports: list, out: list[str]) -> None:
+def _ports(ports: list, bounds: Bounds, out: list[str]) -> None:
     if len(ports) > MAX_PORTS:
         out.append(f"ib_ports has {len(ports)} entries; at most {MAX_PORTS} are accepted")
         return
@@ -183,29 +274,47 @@ def _ports(ports: list, out: list[str]) -> None:
         for key in ("hca", "port"):
             if key not in port:
                 out.append(f"{where} has no {key}")
-        _fields(port, PORT_FIELDS, where, out)
+        _fields(port, PORT_FIELDS, where, "ib_ports[]", bounds, out)
         key = (port.get("hca"), port.get("port"))
+        if not (isinstance(key[0], str) and _is_int(key[1])):
+            continue  # already refused above; and a list is no key to compare
         if key in seen:
             out.append(f"{where}: {key[0]} port {key[1]} appears twice")
         seen.add(key)
 
 
-def report_problems(report: Any) -> list[str]:
-    """Everything wrong with a full report; at most a few are returned, the first first."""
+def _keys(obj: Any, where: str, limit: Limit | None, out: list[str]) -> None:
+    """An object whose keys land in a column (a declared fabric's name)."""
+    if not isinstance(obj, dict) or limit is None:
+        return
+    for key in obj:
+        problem = _beyond(key, limit) if isinstance(key, str) else None
+        if problem:
+            out.append(f"{where}: a name {problem}")
+
+
+def report_problems(report: Any, bounds: Bounds) -> list[str]:
+    """Everything wrong with a full report; at most a few are returned, the first first.
+
+    ``bounds`` is the column table (see the module's docstring); the control
+    plane passes ``inventory.bounds.report_bounds()``.
+    """
     if not isinstance(report, dict):
         return ["the report must be a JSON object"]
     out: list[str] = []
-    _fields(report, TOP_FIELDS, "report", out)
+    unstorable(report, "report", out)
+    if out:
+        return out[:MAX_PROBLEMS_REPORTED]
+    _fields(report, TOP_FIELDS, "report", "", bounds, out)
     if isinstance(report.get("gpus"), list):
-        _gpus(report["gpus"], out)
+        _gpus(report["gpus"], bounds, out)
     if isinstance(report.get("ib_ports"), list):
-        _ports(report["ib_ports"], out)
-    host = report.get("host")
-    if isinstance(host, dict):
-        if "memory_mb" in host and not _nullable(_nonneg_int)(host["memory_mb"]):
-            out.append("report.host.memory_mb must be a non-negative integer")
-        if "cpu_flags" in host and not _str_list(host["cpu_flags"]):
-            out.append("report.host.cpu_flags must be a list of strings")
+        _ports(report["ib_ports"], bounds, out)
+    if isinstance(report.get("host"), dict):
+        _fields(report["host"], HOST_FIELDS, "report.host", "host", bounds, out)
+    if isinstance(report.get("imex"), dict):
+        _fields(report["imex"], IMEX_FIELDS, "report.imex", "imex", bounds, out)
+    _keys(report.get("fabrics"), "report.fabrics", bounds.get("fabrics{}"), out)
     return out[:MAX_PROBLEMS_REPORTED]
 
 
@@ -213,6 +322,9 @@ def heartbeat_problems(beat: Any) -> list[str]:
     if not isinstance(beat, dict):
         return ["the heartbeat must be a JSON object"]
     out: list[str] = []
+    unstorable(beat, "heartbeat", out)
+    if out:
+        return out[:MAX_PROBLEMS_REPORTED]
     if "load" in beat and not _nullable(_dict)(beat["load"]):
         out.append("heartbeat.load must be an object")
     if "shards" in beat:

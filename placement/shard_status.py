@@ -9,6 +9,13 @@ A replica's state follows its shards: any failed → failed; all ready →
 ready, with rank 0's endpoint; any fetching, starting or ready → starting;
 otherwise pending. A replica already stopping is left alone.
 
+The endpoint is where the gateway sends clients' requests, so it is taken
+only from the node that runs rank 0 of that replica, and only when it points
+at that node's own address (the ``address`` its agent reports, else its
+hostname) over http(s) with a valid port. Anything else — another node's
+word, a URL elsewhere — is logged and not stored: a node could otherwise
+steer a replica's traffic, or the gateway's requests, anywhere.
+
 A replica that fails before it was ever ready adds one to its model's
 ``failure_streak``; one that becomes ready resets it. The reconciler parks a
 model whose streak reaches ``LLMGW_PARK_AFTER``.
@@ -16,18 +23,26 @@ model whose streak reaches ``LLMGW_PARK_AFTER``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.db.models import F
 
 from catalog.models import CatalogModel
+from inventory.models import Node
 from placement import signals
 from placement.models import Replica, ReplicaState, Shard, ShardState
 
 # What an agent may report, and what it means for the shard row.
 REPORTED_STATES = {s.value for s in ShardState} - {ShardState.PENDING}
 LOG_LINES_IN_ERROR = 20
+# Counts of bytes land in BigIntegerField columns; a larger number is not a count.
+MAX_BYTES = 2**63 - 1
+ENDPOINT_MAX = Replica._meta.get_field("endpoint").max_length
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,7 +66,8 @@ def _entry_key(entry: dict) -> tuple[str, int] | None:
         if not isinstance(ident, str) or "-" not in ident:
             return None
         replica, _, rank_text = ident.rpartition("-")
-        if not rank_text.isdigit():
+        # ASCII digits only, and few: int() refuses "²" and a number of 5,000 digits.
+        if not (rank_text.isascii() and rank_text.isdigit() and len(rank_text) <= 5):
             return None
         rank = int(rank_text)
     return replica, rank
@@ -67,10 +83,45 @@ def shard_error(entry: dict) -> str:
     return error[:8000]
 
 
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BYTES
+
+
+def node_hosts(node: Node) -> set[str]:
+    """The hosts a node's engines may answer on: the address its agent reports, else its hostname."""
+    return {h.lower() for h in ([node.mgmt_addr] if node.mgmt_addr else [node.hostname]) if h}
+
+
+def endpoint_problem(endpoint: object, hosts: set[str]) -> str | None:
+    """Why ``endpoint`` is not a URL of one of ``hosts`` the gateway may send requests to; None when it is."""
+    if not isinstance(endpoint, str) or len(endpoint) > ENDPOINT_MAX:
+        return f"the endpoint must be a URL of at most {ENDPOINT_MAX} characters"
+    try:
+        url = urlsplit(endpoint)
+        port = url.port
+    except ValueError:
+        return f"{endpoint!r} is not a URL with a valid port"
+    if url.scheme not in ("http", "https") or port is None or port == 0:
+        return f"{endpoint!r} is not http(s)://<host>:<port>"
+    if url.username is not None or url.password is not None or url.query or url.fragment or url.path not in ("", "/"):
+        return f"{endpoint!r} must be just scheme, host and port"
+    if (url.hostname or "") not in hosts:
+        return f"{endpoint!r} is not at this node's address ({', '.join(sorted(hosts)) or 'none reported'})"
+    return None
+
+
+def _checked_endpoint(endpoint: object, node: Node, replica_id: str) -> str | None:
+    problem = endpoint_problem(endpoint, node_hosts(node))
+    if problem:
+        log.warning("node %s: rank 0 of replica %s: endpoint ignored: %s", node.name, replica_id, problem)
+        return None
+    return str(endpoint)
+
+
 def _update_shard(shard: Shard, entry: dict) -> bool:
     fields: dict = {}
     state = entry.get("state")
-    if state in REPORTED_STATES and state != shard.state:
+    if isinstance(state, str) and state in REPORTED_STATES and state != shard.state:
         fields["state"] = state
     error = shard_error(entry) if state == ShardState.FAILED else ""
     if error != shard.error:
@@ -81,8 +132,8 @@ def _update_shard(shard: Shard, entry: dict) -> bool:
         source = str(fetch.get("source") or shard.fetch_source)[:500]
         values = {
             "fetch_source": source,
-            "fetch_done": done if isinstance(done, int) and done >= 0 else None,
-            "fetch_total": total if isinstance(total, int) and total >= 0 else None,
+            "fetch_done": done if _count(done) else None,
+            "fetch_total": total if _count(total) else None,
         }
         fields.update({k: v for k, v in values.items() if getattr(shard, k) != v})
     if not fields:
@@ -110,15 +161,23 @@ def apply(node_id: int, entries: list[dict]) -> Applied:
     by_key = {k: e for e in entries if isinstance(e, dict) and (k := _entry_key(e)) is not None}
     if not by_key:
         return result
-    shards = Shard.objects.filter(node_id=node_id, replica_id__in={r for r, _ in by_key}).select_related("replica")
+    shards = Shard.objects.filter(node_id=node_id, replica_id__in={r for r, _ in by_key}).select_related(
+        "replica", "node"
+    )
     touched: set[str] = set()
+    # Only a shard of this node is ever matched, so only rank 0's own node can name an endpoint.
+    endpoints: dict[str, str] = {}
     for shard in shards:
         entry = by_key.get((shard.replica_id, shard.rank))
         if entry is None or shard.replica.state == ReplicaState.STOPPING:
             continue
-        if _update_shard(shard, entry) or (entry.get("endpoint") and shard.rank == 0):
+        if _update_shard(shard, entry):
             touched.add(shard.replica_id)
-    endpoints = {r: e.get("endpoint") for (r, rank), e in by_key.items() if rank == 0 and e.get("endpoint")}
+        if shard.rank == 0 and entry.get("endpoint"):
+            endpoint = _checked_endpoint(entry["endpoint"], shard.node, shard.replica_id)
+            if endpoint:
+                endpoints[shard.replica_id] = endpoint
+                touched.add(shard.replica_id)
     for replica in Replica.objects.filter(id__in=touched).exclude(state=ReplicaState.STOPPING):
         _follow_shards(replica, endpoints.get(replica.id), result)
     return result
@@ -135,7 +194,7 @@ def _rank0_endpoint(replica: Replica, shards: list[Shard]) -> str | None:
         return None
     for entry in first.node.shard_status or []:
         if isinstance(entry, dict) and _entry_key(entry) == (replica.id, 0) and entry.get("endpoint"):
-            return str(entry["endpoint"])
+            return _checked_endpoint(entry["endpoint"], first.node, replica.id)
     return None
 
 
@@ -148,7 +207,7 @@ def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> N
     if new == ReplicaState.READY:
         endpoint = endpoint or _rank0_endpoint(replica, shards)
         if endpoint and endpoint != replica.endpoint:
-            fields["endpoint"] = str(endpoint)[:300]
+            fields["endpoint"] = endpoint
     if new == ReplicaState.FAILED:
         error = next((f"{s.node.name}: {s.error}" for s in shards if s.state == ShardState.FAILED), "")
         if error != replica.error:

@@ -111,6 +111,8 @@ class SimNode:
             "schema": 1,
             "agent_version": "sim",
             "hostname": f"{self.name}.sim",
+            # Every simulated engine listens on this machine (simulator/engine.py).
+            "address": "127.0.0.1",
             "gpu_source": "capture" if self.gpus else "none",
             "gpus": copy.deepcopy(self.gpus),
             "ib_ports": copy.deepcopy(self.ib_ports),

@@ -21,7 +21,8 @@ REFRESH_S = 10
 
 def context() -> dict[str, Any]:
     report = fabrics_report()
-    scans = {s.fabric_key: s for s in FabricScan.objects.select_related("node")}
+    # The list shows when and by whom, never the map: the text and the parsed map stay in the database.
+    scans = {s.fabric_key: s for s in FabricScan.objects.select_related("node").defer("output", "fabric_map")}
     fabrics = [
         {
             **ph,

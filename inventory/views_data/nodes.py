@@ -115,6 +115,7 @@ def _node_view(
     }
     _put(view, "hostname", node.hostname or None)
     _put(view, "mgmt_addr", node.mgmt_addr or None)
+    _put(view, "report_error", node.report_error or None)
     _put(view, "agent_version", node.agent_version or None)
     _put(view, "os", " ".join(p for p in (node.os, node.os_version, node.arch) if p) or None)
     _put(view, "memory_gb", None if node.memory_mb is None else node.memory_mb // 1024)
@@ -147,6 +148,8 @@ def _warnings(node: Node) -> list[str]:
     out = []
     if node.arch in ("x86_64", "amd64") and node.has_avx2 is False:
         out.append('no AVX2: CPU inference runs several times slower (a VM needs CPU type "host")')
+    if node.report_error:
+        out.append(f"its last full report was refused, so what is shown is from the one before: {node.report_error}")
     return out
 
 

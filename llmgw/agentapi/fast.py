@@ -14,7 +14,9 @@ import json
 from asgiref.sync import sync_to_async
 
 from agent.protocol import report_digest
+from inventory.bounds import report_bounds
 from inventory.report_schema import heartbeat_problems, report_problems
+from llmgw import jsonbody
 from llmgw.agentapi import desk as desk_module
 from llmgw.agentapi.desk import desk
 from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, too_large
@@ -77,9 +79,9 @@ async def heartbeat(scope, receive, send) -> None:
     if body is None:
         return await respond(send, 413, {"error": too_large(None, HEARTBEAT_LIMIT)})
     try:
-        beat = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return await respond(send, 400, {"error": f"the body is not valid JSON: {exc}"})
+        beat = jsonbody.loads(body or b"null")
+    except jsonbody.BodyError as exc:
+        return await respond(send, 400, {"error": str(exc)})
     problems = heartbeat_problems(beat)
     if problems:
         return await respond(send, 400, {"error": "the heartbeat was not stored: " + "; ".join(problems)})
@@ -123,10 +125,14 @@ async def report(scope, receive, send, app) -> None:
     ref = desk.cached(secret.strip()) if scheme.lower() == "bearer" and secret.strip() else None
     if ref is not None and ref.report_digest:
         try:
-            parsed = json.loads(body or b"null")
-        except (ValueError, UnicodeDecodeError):
-            parsed = None
-        if isinstance(parsed, dict) and not report_problems(parsed) and report_digest(parsed) == ref.report_digest:
+            parsed = jsonbody.loads(body or b"null")
+        except jsonbody.BodyError:
+            parsed = None  # the view refuses it, in the same words
+        if (
+            isinstance(parsed, dict)
+            and not report_problems(parsed, report_bounds())
+            and report_digest(parsed) == ref.report_digest
+        ):
             desk_module.ensure_flusher()
             return await respond(send, 200, desk.accept_unchanged_report(ref, parsed, desk_module.now()))
     return await app(scope, replaying(body, receive), send)

@@ -7,7 +7,6 @@ stored changes: validation happens before the transaction that writes.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from django.db import IntegrityError, transaction
@@ -20,8 +19,10 @@ from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from catalog import rules
 from dashboard import live
 from inventory import ingest, scans
+from inventory.bounds import report_bounds
 from inventory.models import Node
-from inventory.report_schema import heartbeat_problems, report_problems
+from inventory.report_schema import heartbeat_problems, report_problems, unstorable
+from llmgw import jsonbody
 from llmgw.agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from llmgw.agentapi.desk import desk
 from llmgw.agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
@@ -49,9 +50,9 @@ def read_json(request, limit: int):
     if len(body) > limit:
         raise Refused(413, too_large(None, limit))
     try:
-        return json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Refused(400, f"the body is not valid JSON: {exc}") from None
+        return jsonbody.loads(body or b"null")
+    except jsonbody.BodyError as exc:
+        raise Refused(400, str(exc)) from None
 
 
 def refusals(view):
@@ -66,10 +67,22 @@ def refusals(view):
     return csrf_exempt(require_POST(wrapped))
 
 
-def check_report(report) -> None:
-    problems = report_problems(report)
+def check_report(report, node: Node | None = None) -> None:
+    """Refuse a report the columns cannot hold; a registered node keeps why, for operators to see."""
+    problems = report_problems(report, report_bounds())
     if problems:
-        raise Refused(400, "the report was not stored: " + "; ".join(problems))
+        message = "the report was not stored: " + "; ".join(problems)
+        if node is not None:
+            note_report_error(node, message)
+        raise Refused(400, message)
+
+
+def note_report_error(node: Node, message: str) -> None:
+    """Keep (or clear, with "") why the node's last report was refused: it shows on the node's page and in the API."""
+    kept = message[: Node._meta.get_field("report_error").max_length]
+    if node.report_error != kept:
+        Node.objects.filter(pk=node.pk).update(report_error=kept)
+        node.report_error = kept
 
 
 def publish_changes(node: Node, result: ingest.IngestResult) -> None:
@@ -110,6 +123,10 @@ def register(request):
     body = read_json(request, REPORT_LIMIT)
     if not isinstance(body, dict):
         raise Refused(400, "the registration must be a JSON object with at least a name")
+    problems: list[str] = []
+    unstorable({k: v for k, v in body.items() if k != "report"}, "registration", problems)
+    if problems:
+        raise Refused(400, "the registration was not stored: " + "; ".join(problems))
     name = body.get("name")
     if not isinstance(name, str) or rules.name_problem("node name", name):
         raise Refused(400, rules.name_problem("node name", str(name)) or "name must be a string")
@@ -144,6 +161,7 @@ def register(request):
             node.save(update_fields=["credential_digest", "last_seen"])
         if report is not None:
             publish_changes(node, ingest.ingest_report(node, report, now))
+            note_report_error(node, "")
     desk.remember(node)
     if created:
         transaction.on_commit(
@@ -167,9 +185,10 @@ def report(request):
     """A full discovery report from a registered node."""
     node = node_for_credential(bearer(request))
     body = read_json(request, REPORT_LIMIT)
-    check_report(body)
+    check_report(body, node)
     now = timezone.now()
     result = ingest.ingest_report(node, body, now)
+    note_report_error(node, "")
     desk.remember(node)
     if not result.unchanged:
         publish_changes(node, result)
@@ -185,13 +204,10 @@ def scan(request):
     """A topology scan's output (or why it failed) from the node that was asked to run it."""
     node = node_for_credential(bearer(request))
     body = read_json(request, scans.SCAN_LIMIT)
-    if not isinstance(body, dict) or not isinstance(body.get("fabric"), str):
-        raise Refused(400, "a scan upload is an object with the fabric it was asked for, and output or error")
-    if not isinstance(body.get("output", ""), str) or not isinstance(body.get("error", ""), str):
-        raise Refused(400, "output and error must be text")
-    if not body.get("output") and not body.get("error"):
-        raise Refused(400, "a scan upload needs the output of ibnetdiscover, or the error it ended with")
-    record = scans.record_scan(node, body, timezone.now())
+    try:
+        record = scans.accept_upload(node, body, timezone.now())
+    except scans.UploadRefused as refused:
+        raise Refused(refused.status, refused.message) from None
     return JsonResponse({"fabric": record.fabric_key, "kept": not record.error, "error": record.error or None})
 
 

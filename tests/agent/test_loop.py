@@ -121,3 +121,62 @@ def test_without_a_join_token_an_unregistered_agent_says_so():
     loop = make(plane, clock, token=None)
     asyncio.run(loop.turn())
     assert "join token" in loop.state.last_error and plane.sent == []
+
+
+class RefusingPlane(FakePlane):
+    """A control plane that refuses full reports (a value it cannot store) and asks for one at every beat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = True
+
+    async def register(self, join, name, machine_id, report):
+        if report is not None and self.refuse:
+            self._check("register+report")
+            raise Refused(400, "the report was not stored: report.hostname: 'a\\x00' holds a NUL character")
+        return await super().register(join, name, machine_id, report)
+
+    async def report(self, report):
+        if self.refuse:
+            self._check("report")
+            raise Refused(400, "the report was not stored: gpus[3].memory_mb: 2**70 is more than the column holds")
+        return await super().report(report)
+
+    async def heartbeat(self, beat):
+        answer = await super().heartbeat(beat)
+        return {**answer, "send_report": True}
+
+
+def test_a_refused_report_is_said_and_heartbeats_go_on_without_resending_it(caplog):
+    plane, clock = RefusingPlane(), Clock()
+    loop = make(plane, clock)
+    version = {"n": 1}
+
+    async def changing_report() -> dict:
+        return {"gpus": [], "hostname": f"v{version['n']}"}
+
+    loop.make_report = changing_report
+
+    async def go():
+        delays = []
+        for _ in range(30):  # two and a half minutes of turns
+            delays.append(await loop.turn())
+            clock.t += 5
+        return delays
+
+    delays = asyncio.run(go())
+    assert plane.sent[:3] == ["register+report", "register", "heartbeat"], "joined without the report"
+    assert plane.sent.count("report") == 0, "the same refused report is not sent again"
+    assert plane.sent.count("heartbeat") == 29 and set(delays) == {5}
+    assert "refused this node's full report" in caplog.text and "heartbeats go on" in caplog.text
+    assert loop.state.last_error.startswith("report refused: ")
+
+    version["n"] = 2  # discovery saw a change: that report is sent, and its refusal too is kept to
+    loop.request_report()
+    asyncio.run(go())
+    assert plane.sent.count("report") == 1 and plane.sent[-1] == "heartbeat"
+
+    plane.refuse = False
+    clock.t += 600  # the same report is tried again after a while: the server may have been upgraded
+    asyncio.run(loop.turn())
+    assert plane.sent[-1] == "report" and loop.state.refused_digest is None and loop.state.last_error is None

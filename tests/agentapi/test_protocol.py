@@ -5,49 +5,14 @@ Each refusal is checked to leave the stored inventory exactly as it was.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from inventory.models import GPU, IBPort, JoinToken, Node, NVLinkDomain, SubnetManagerChange
-from llmgw.core.bootstrap import issue_join_token
+from tests.agentapi.agenthttp import post, register, snapshot
 from tests.agentapi.reports import CLUSTER, gpu, report
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def join():
-    return issue_join_token()
-
-
-def post(client, path, body, token, raw: bytes | None = None):
-    data = raw if raw is not None else json.dumps(body)
-    return client.post(
-        f"/api/v1/agent/{path}", data=data, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
-    )
-
-
-def register(client, join, name="tray-01", machine_id="m-1", **extra):
-    return post(client, "register", {"name": name, "machine_id": machine_id, **extra}, join)
-
-
-@pytest.fixture
-def node(client, join):
-    answer = register(client, join, report=report())
-    assert answer.status_code == 201, answer.content
-    return answer.json()["credential"]
-
-
-def snapshot() -> str:
-    """Every inventory row, as text, to show a refusal changed nothing."""
-    from io import StringIO
-
-    out = StringIO()
-    call_command("dumpdata", "inventory", stdout=out)
-    return out.getvalue()
 
 
 def test_registration_gives_a_credential_and_stores_the_report(client, node):

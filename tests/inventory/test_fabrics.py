@@ -480,3 +480,12 @@ def test_any_inventory_gives_a_coherent_report(ports: list[PortFacts], changes: 
     refs = [ref for p in report.physical for ref in p.ports]
     assert len(refs) == len(set(refs)) or len(ports) != len({(p.node, p.hca, p.port) for p in ports})
     json.dumps(report.as_json())
+
+
+def test_the_report_digest_keeps_exactly_the_error_counters_the_analysis_reads():
+    from agent import protocol
+    from inventory.fabrics import _PERFQUERY_NAMES
+
+    assert set(protocol.ERROR_COUNTERS) == set(ERROR_COUNTERS)
+    spellings = {**{name: 1 for name in ERROR_COUNTERS}, **{name: 1 for name in _PERFQUERY_NAMES}}
+    assert protocol.error_counters({**spellings, "port_xmit_data": 1, "VL15_dropped": 1}) == spellings

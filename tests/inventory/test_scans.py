@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from agent.simulator import fleet as F
 from inventory import ingest, scans
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import FabricScan, IBPort, Node
+from tests.captures import all_captures
 
 pytestmark = pytest.mark.django_db
 NOW = timezone.now()
@@ -96,3 +98,14 @@ def test_simulated_adapters_are_on_the_captured_map():
     sim = F.build_fleet("h100-hgx:2@north")
     guids = {normalize_guid(p["node_guid"]) for n in sim for p in n.ib_ports}
     assert guids <= set(fabric_map.cas), "each simulated adapter takes the place of a captured one"
+
+
+@pytest.mark.parametrize("capture", all_captures("ibnetdiscover"), ids=lambda p: p.name)
+def test_a_kept_map_reads_back_equal_to_the_parsed_one(capture):
+    from inventory.ibnetdiscover import TopologyParseError, map_from_json, map_to_json, parse
+
+    try:
+        parsed = parse(capture.read_text(errors="replace"))
+    except TopologyParseError:
+        return  # a bad capture is refused at upload, and never kept
+    assert map_from_json(json.loads(json.dumps(map_to_json(parsed)))) == parsed

@@ -101,5 +101,5 @@ def shard_entry(replica: Replica, state: str, rank: int = 0, **extra) -> dict:
 def report_ready(replica: Replica) -> None:
     """Every node of the replica says its shard is ready (rank 0 with an endpoint)."""
     for s in Shard.objects.filter(replica=replica).select_related("node"):
-        extra = {"endpoint": f"http://{s.node.name}:8000"} if s.rank == 0 else {}
+        extra = {"endpoint": "http://127.0.0.1:8000"} if s.rank == 0 else {}  # the simulated nodes' address
         heartbeat(s.node.name, [shard_entry(replica, "ready", s.rank, **extra)])

@@ -258,14 +258,14 @@ def test_a_multi_node_replica_is_ready_when_every_rank_is_with_rank_zeros_endpoi
     reconcile()
     (r,) = live("wide")
     first, second = Shard.objects.filter(replica=r).select_related("node").order_by("rank")
-    heartbeat(first.node.name, [shard_entry(r, "ready", 0, endpoint="http://10.0.0.1:8000")])
+    heartbeat(first.node.name, [shard_entry(r, "ready", 0, endpoint="http://127.0.0.1:8000")])
     assert Replica.objects.get(id=r.id).state == ReplicaState.STARTING
     heartbeat(second.node.name, [shard_entry(r, "fetching", 1, fetch={"source": "hf://x/y", "bytes_done": 5})])
     shard = Shard.objects.get(pk=second.pk)
     assert (shard.fetch_done, shard.fetch_total, shard.fetch_percent) == (5, None, None), "bytes only"
     heartbeat(second.node.name, [shard_entry(r, "ready", 1)])
     r.refresh_from_db()
-    assert r.state == ReplicaState.READY and r.endpoint == "http://10.0.0.1:8000"
+    assert r.state == ReplicaState.READY and r.endpoint == "http://127.0.0.1:8000"
 
 
 @pytest.mark.django_db(transaction=True)
