@@ -26,6 +26,9 @@ from catalog import rules
 
 MODEL_FIELDS = {"name", "description", "source", "aliases", "fallbacks", "scaling", "profiles"}
 SCALING_FIELDS = {"min", "max", "idle_timeout"}
+# Past a year "idle for this long" means "never", which null says plainly; the bound also keeps
+# 2**63 seconds or a YAML .inf from overflowing the duration column.
+MAX_IDLE_TIMEOUT_S = 366 * 86400
 PROFILE_FIELDS = {"name", "engine", "gpu_class", "memory_gb", "gpus", "nodes", "tp", "pp", "pool", "engine_args", "env"}
 DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 SOURCE_SCHEMES = ("hf://", "file://", "https://", "http://")
@@ -148,6 +151,11 @@ def _scaling(data: Any, problems: list[str]) -> tuple[int, int, float | None]:
         idle = parse_duration(data["idle_timeout"])
         if idle is None:
             problems.append(f"scaling.idle_timeout {data['idle_timeout']!r} is not a duration like 30m, 2h or 90s")
+        elif not idle <= MAX_IDLE_TIMEOUT_S:  # also catches a YAML .inf
+            problems.append(
+                f"scaling.idle_timeout {data['idle_timeout']!r} is longer than a year; use null to never scale down"
+            )
+            idle = None
     return low, high, idle
 
 

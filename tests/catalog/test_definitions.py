@@ -42,6 +42,8 @@ def with_(**changes):
         (with_(scaling={"min": 3, "max": 1}), "max replicas (1) is below min replicas (3)"),
         (with_(scaling={"min": -1}), "scaling.min must be 0 or more"),
         (with_(scaling={"idle_timeout": "soon"}), "not a duration"),
+        (with_(scaling={"idle_timeout": 2**63}), "longer than a year"),
+        (with_(scaling={"idle_timeout": float("inf")}), "longer than a year"),
         (with_(source="s3://bucket/x"), "must start with one of"),
         (with_(aliases=["llama-70b"]), "the model's own name"),
         (with_(fallbacks=["llama-70b"]), "cannot fall back to itself"),

@@ -70,6 +70,9 @@ TABLES = (
 )
 # Liveness, written by every accepted beat or request: not state a refusal could corrupt.
 VOLATILE = {"last_seen", "last_used_at", "last_login"}
+# The one trace a refused report keeps, by design: the node says why its report was refused
+# (docs/api.md, tests/agentapi/test_unstorable.py). Any other column a refusal moves is a finding.
+REFUSAL_TRACES = {"report_error"}
 # Written by the gateway for refused requests too, by design: a refusal after admission is recorded.
 USAGE_TABLES = {"gateway_usagerecord", "gateway_usagehour", "gateway_ratewindow", "placement_demand"}
 
@@ -284,7 +287,7 @@ class Store:
         ).fetchall()
         out: dict[str, list[tuple[str, str]]] = {}
         for table, column, kind in rows:
-            if column not in VOLATILE:
+            if column not in VOLATILE | REFUSAL_TRACES:
                 out.setdefault(table, []).append((column, kind))
         return out
 
