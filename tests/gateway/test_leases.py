@@ -212,3 +212,17 @@ def test_the_reaper_runs_from_beat_under_a_lock_of_its_own(two_budgets):
     assert entry["options"]["expires"] < entry["schedule"]
     Budget.objects.filter(pk=two_budgets[0]).update(reserved_micros=7)
     assert reap_leases() == {"leases": 0, "budgets": 1, "micros": 7}
+
+
+def test_clearing_reservations_by_hand_ends_their_leases_too(two_budgets, admin_client, monkeypatch):
+    as_owner(monkeypatch, "gw")
+    budgets.reserve(two_budgets, 10, NOW)
+    answer = admin_client.post(
+        "/admin/gateway/budget/", {"action": "clear_reservations", "_selected_action": two_budgets}
+    )
+    assert answer.status_code == 302
+    assert list(Budget.objects.values_list("reserved_micros", flat=True)) == [0, 0]
+    # Nothing for the reaper to hold again, nothing for a late settlement to give back twice.
+    assert not Lease.objects.exists() and leases.reap(NOW) == leases.Reaped(0, 0, 0)
+    budgets.settle([(b, 10, 1) for b in two_budgets], NOW)
+    assert list(Budget.objects.values_list("reserved_micros", "spent_micros")) == [(0, 1), (0, 1)]
