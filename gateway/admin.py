@@ -5,13 +5,14 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.functional import cached_property
 
 from gateway import keys
 from gateway.budgets import spent_now
-from gateway.models import ApiKey, Budget, Organisation, Price, Team, UsageHour, UsageRecord
+from gateway.models import ApiKey, Budget, Lease, Organisation, Price, SetAsideUsage, Team, UsageHour, UsageRecord
 from llmgw.core.models import AuditEntry
 
 
@@ -134,9 +135,13 @@ class BudgetAdmin(admin.ModelAdmin):
 
     @admin.action(description="Clear reservations (only when no gateway has requests in flight)")
     def clear_reservations(self, request, queryset):
-        # A gateway killed mid-request never takes its reservations back;
-        # this is how an operator returns them.
-        count = queryset.update(reserved_micros=0)
+        # The reaper returns a dead gateway's reservations within its lease
+        # (gateway.leases); this returns them at once. The leases go too, so
+        # the reaper does not hold them again and a settlement gives nothing back twice.
+        # Budgets first, then leases: the order every writer of both takes them in.
+        with transaction.atomic():
+            count = queryset.update(reserved_micros=0)
+            Lease.objects.filter(budget__in=queryset).delete()
         messages.success(request, f"Cleared the reservations of {count} budget(s).")
 
 
@@ -189,3 +194,10 @@ class UsageHourAdmin(ReadOnly):
     list_select_related = ["key"]
     search_fields = ["key__prefix", "model"]
     date_hierarchy = "hour"
+
+
+@admin.register(SetAsideUsage)
+class SetAsideUsageAdmin(ReadOnly):
+    list_display = ["at", "reason"]
+    search_fields = ["reason", "record"]
+    date_hierarchy = "at"

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
+from gateway import leases
 from gateway.models import Budget, Period, Scope
 
 MILLION = 1_000_000
@@ -125,7 +126,7 @@ def reserve_sql(target: str = "%(budget_id)s") -> str:
 
 def reserve_params(estimate: int, now: datetime, **target) -> dict:
     """Parameters for ``reserve_sql``; ``target`` those of its target (``budget_id=`` for the plain one)."""
-    return {**_starts(now), "estimate": estimate, **target}
+    return {**_starts(now), "estimate": estimate, **leases.params(now), **target}
 
 
 def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | None:
@@ -133,24 +134,21 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
 
     One conditional UPDATE per budget, in id order (as settle goes), so two
     transactions touching the same budgets never wait on each other in a
-    circle. One budget (the common case) is one statement, atomic on its own,
-    without a transaction around it: one round trip instead of three.
+    circle; each followed by this process's lease on it (gateway.leases).
     """
     if not budget_ids:
         return None
     sql = reserve_sql()
     failed = None
-    if len(budget_ids) == 1:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, reserve_params(estimate, now, budget_id=budget_ids[0]))
-            return None if cursor.rowcount == 1 else explain_refusal(budget_ids, estimate, now)
     with transaction.atomic(), connection.cursor() as cursor:
         for budget_id in sorted(budget_ids):
-            cursor.execute(sql, reserve_params(estimate, now, budget_id=budget_id))
+            params = reserve_params(estimate, now, budget_id=budget_id)
+            cursor.execute(sql, params)
             if cursor.rowcount != 1:
                 failed = budget_id
                 transaction.set_rollback(True)
                 break
+            cursor.execute(leases.hold_sql(), params)
     if failed is None:
         return None
     return explain_refusal([failed], estimate, now)
@@ -162,6 +160,9 @@ Statement = tuple[str, list | dict]
 
 def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) -> list[Statement]:
     """Take back reservations and add real costs: (budget id, reserved, cost) each.
+
+    What is taken back is taken from this process's leases too, and never
+    more than they hold (gateway.leases.give_back_statements).
 
     Costs land in the budget's current period, even when the request was
     reserved in the previous one: that is when the money was spent. One
@@ -177,11 +178,15 @@ def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) ->
     sql = (
         f"UPDATE {_table()} SET "
         f"spent_micros = {SPENT} + %(cost)s, "
-        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END, "
-        f"reserved_micros = CASE WHEN reserved_micros > %(reserved)s THEN reserved_micros - %(reserved)s ELSE 0 END "
+        f"period_start = CASE WHEN period_start < {CURRENT} THEN {CURRENT} ELSE period_start END "
         f"WHERE id = %(budget_id)s"
     )
-    return [(sql, {**c, "cost": totals[b][1], "reserved": totals[b][0], "budget_id": b}) for b in sorted(totals)]
+    out: list[Statement] = []
+    for b in sorted(totals):
+        # The charge locks the budget's row first, as a reservation does, before its lease is touched.
+        out.append((sql, {**c, "cost": totals[b][1], "budget_id": b}))
+        out.extend(leases.give_back_statements(b, totals[b][0]))
+    return out
 
 
 def releases(budget_ids: Iterable[int], micros: int) -> list[tuple[int, int, int]]:

@@ -38,6 +38,9 @@ class GatewayConf:
     """How often the last-use times of replicas are handed to placement."""
     flush_every_s: float
     """How often usage records are written (in one transaction per flush)."""
+    lease_s: float
+    """How long a gateway process's reservations outlive its last renewal (gateway.leases); renewed
+    four times per lease while the process lives."""
 
 
 def _number(env: dict[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
@@ -67,6 +70,7 @@ def load(env: dict[str, str] | None = None) -> GatewayConf:
         db_threads=int(_number(env, "LLMGW_GATEWAY_DB_THREADS", 8, minimum=1)),
         touch_every_s=_number(env, "LLMGW_GATEWAY_TOUCH_EVERY_S", 5.0, minimum=0.1),
         flush_every_s=_number(env, "LLMGW_GATEWAY_FLUSH_EVERY_S", 0.05, minimum=0.001),
+        lease_s=_number(env, "LLMGW_GATEWAY_LEASE_S", 120.0, minimum=1.0),
     )
 
 

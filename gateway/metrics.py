@@ -18,7 +18,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gateway.models import UsageHour, UsageRecord
+from gateway.models import SetAsideUsage, UsageHour, UsageRecord
 
 LATENCY_WINDOW = timedelta(minutes=5)
 QUANTILES = (0.5, 0.99)
@@ -53,7 +53,12 @@ def collect() -> Iterator[Metric]:
         tokens.add_metric([model, "prompt"], row["prompt"])
         tokens.add_metric([model, "completion"], row["completion"])
         cost.add_metric([model], row["cost"])
-    yield from (requests, tokens, cost)
+    set_aside = CounterMetricFamily(
+        "llmgw_gateway_usage_records_set_aside",
+        "Usage records the database refused, kept aside instead of blocking the rest (gateway.usage).",
+    )
+    set_aside.add_metric([], SetAsideUsage.objects.count())
+    yield from (requests, tokens, cost, set_aside)
 
     latency = GaugeMetricFamily(
         "llmgw_gateway_latency_seconds",

@@ -254,3 +254,61 @@ class RateWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}@{self.minute}"
+
+
+class LeaseHolder(models.Model):
+    """A gateway process that is alive, for as long as it keeps renewing this row (gateway.leases).
+
+    ``owner`` is the process's name on its leases (host, pid, a random part).
+    Past ``expires_at`` the process is taken for dead and its leases are reaped.
+    """
+
+    owner = models.CharField(primary_key=True, max_length=64)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.owner
+
+
+class Lease(models.Model):
+    """What one gateway process holds reserved on one budget, for its requests in flight (gateway.leases).
+
+    A budget's ``reserved_micros`` is always the sum of its leases'
+    ``micros``: both change in one transaction. ``expires_at`` is pushed
+    forward by every reservation; the lease is reaped once it has passed and
+    its ``owner`` has no live LeaseHolder row either. ``owner`` is not a
+    foreign key: a reservation must not wait for the holder row to exist.
+    """
+
+    owner = models.CharField(max_length=64)
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="leases")
+    micros = models.BigIntegerField(default=0)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "budget"], name="lease_owner_budget_unique")]
+        indexes = [models.Index(fields=["expires_at"], name="lease_expires_at")]
+
+    def __str__(self) -> str:
+        return f"{self.owner} holds {self.micros} on budget {self.budget_id}"
+
+
+class SetAsideUsage(models.Model):
+    """A usage record the database refused, kept for an operator instead of blocking every record behind it.
+
+    ``record`` is the record as JSON text (text, not JSON, so that whatever
+    it holds can be stored); ``reason`` is the database's refusal. Its
+    reservation was given back when it was set aside. ``/metrics`` counts
+    these rows (``llmgw_gateway_usage_records_set_aside_total``).
+    """
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    reason = models.TextField()
+    record = models.TextField()
+
+    class Meta:
+        ordering = ["-at"]
+        verbose_name = "set-aside usage record"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S}: {self.reason[:60]}"

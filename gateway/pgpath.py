@@ -35,7 +35,7 @@ from datetime import datetime
 import psycopg
 from django.db import connections
 
-from gateway import admission, budgets, errors, keys
+from gateway import admission, budgets, errors, keys, leases
 from gateway.admission import Admission
 
 # psycopg's own default: a statement is prepared on the server from its fifth use.
@@ -95,7 +95,8 @@ def admit_sql() -> str:
     budget = "(SELECT COALESCE(k.key_budget, k.team_budget, k.org_budget) FROM k WHERE " + _SIMPLE + ")"
     return (
         f"WITH k({columns}) AS ({keys.lookup_sql()}), "
-        f"r AS ({budgets.reserve_sql(budget)} RETURNING id) "
+        f"r AS ({budgets.reserve_sql(budget)} RETURNING id), "
+        f"h AS ({leases.hold_sql('r')}) "
         f"SELECT k.*, {_SIMPLE}, (SELECT id FROM r) FROM k"
     )
 
@@ -119,6 +120,7 @@ class PgPath:
         self.lookup_sql = keys.lookup_sql()
         self.reserve_sql = budgets.reserve_sql()
         self.admit_sql = admit_sql()
+        self.hold_sql = leases.hold_sql()
         self._idle: list[psycopg.AsyncConnection] = []
         self._slots = asyncio.Semaphore(size)
 
@@ -287,6 +289,7 @@ class PgPath:
                         if cursor.rowcount != 1:
                             failed = budget_id
                             raise _Rollback
+                        await conn.execute(self.hold_sql, params)
             return failed
 
         # Not tried again on a failure: the update may have landed before the

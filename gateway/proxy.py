@@ -38,7 +38,7 @@ from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.keys import Caller
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
-from gateway.usage import CLIENT_CLOSED, Finished, Writer
+from gateway.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
 from llmgw import jsonbody
 
 log = logging.getLogger("llmgw.gateway")
@@ -171,8 +171,10 @@ class Gateway:
         """Write what is queued, then close the upstream client and every connection."""
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
-        await self.writer.flush()
-        await self.writer.flush_touches()
+        # Waits for a write the writer's own loop has under way: returning
+        # before it, the loop's task was cancelled with the event loop,
+        # the write cut off mid-command and its records lost.
+        await self.writer.close()
         await self.client.aclose()
         if self.pg is not None:
             await self.pg.close()
@@ -493,15 +495,19 @@ class Gateway:
             # A hop's reservation may still be landing: settle what it holds (see _hold).
             await asyncio.gather(ticket.holding, return_exceptions=True)
         counted_by = "engine"
+        usage = engine_usage(usage)
         if usage is None:
             prompt = completion = 0
             if replica is not None:
                 counted_by = "llmgw"
-                completion = completion_guess
-                prompt = await tokens.count_prompt(self.client, replica.endpoint, model.name, ticket.prompt)
+                completion = min(completion_guess, MAX_TOKENS)
+                counted = await tokens.count_prompt(self.client, replica.endpoint, model.name, ticket.prompt)
+                prompt = engine_count(counted)
+                if prompt is None:
+                    prompt = min(tokens.estimate(ticket.prompt), MAX_TOKENS)
         else:
             prompt, completion = usage
-        cost = budgets.cost_micros(prompt, completion, model.price if model else None)
+        cost = min(budgets.cost_micros(prompt, completion, model.price if model else None), MAX_COST)
         self.writer.add(
             Finished(
                 at=ticket.at,

@@ -4,9 +4,19 @@ Requests end on the event loop; their records are queued in memory and
 written every LLMGW_GATEWAY_FLUSH_EVERY_S in one transaction (the records,
 the roll-up and the budgets they settle), which costs a handful of
 statements per batch instead of per request. PostgreSQL is the record:
-nothing here goes through Redis. A batch the database refuses stays queued
-and is tried again; the queue is flushed one last time when the process
-exits.
+nothing here goes through Redis.
+
+What an engine reports is checked before it is recorded (``engine_count``):
+a count that is not a whole number a record can hold is not taken, and
+llmgw counts instead. A batch the database refuses for what it holds (a
+value out of range, a key deleted meanwhile) is split in halves and written
+again, down to single records; a record refused on its own is set aside
+(``SetAsideUsage``, logged once, counted in ``/metrics``) with its
+reservation given back, and every other record is written. A batch that
+fails for any other reason (the database is away) stays queued and is
+tried again. Closing the writer waits for a write in progress, then writes
+what is queued; what is still queued when the process exits is written
+then.
 
 Also here: handing placement the time each replica was last used, batched
 (``placement.demand.touch``).
@@ -16,19 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
+from django import db
 from django.db import connection, transaction
 from django.utils import timezone
 
-from gateway import budgets, ratelimit
+from gateway import budgets, leases, ratelimit
 from gateway.keys import Caller
-from gateway.models import UsageHour, UsageRecord
+from gateway.models import SetAsideUsage, UsageHour, UsageRecord
 
 log = logging.getLogger("llmgw.gateway")
 # Past this many unwritten records (the database has been away for a while)
@@ -37,6 +52,42 @@ log = logging.getLogger("llmgw.gateway")
 MAX_QUEUED = 200_000
 PRUNE_EVERY_S = 60.0
 CLIENT_CLOSED = 499
+# The most tokens a record holds: its PositiveIntegerField's bound on PostgreSQL
+# (tests/gateway/test_usage_writer.py checks the two agree).
+MAX_TOKENS = 2**31 - 1
+# The most a record costs: a BigIntegerField's bound.
+MAX_COST = 2**63 - 1
+# Errors the database gives for what a batch holds, rather than for being away:
+# such a batch is split until the record it refuses is found and set aside.
+REFUSALS = (db.DataError, db.IntegrityError, psycopg.DataError, psycopg.IntegrityError)
+
+
+def engine_count(value: object) -> int | None:
+    """A token count as an engine reported it, as a number a record can hold; None when it is not one.
+
+    The one check for every count that comes from outside llmgw (an
+    answer's ``usage``, llama.cpp's ``timings``, ``/tokenize``): a bool, a
+    fraction, NaN, a negative or a count past MAX_TOKENS is not a count, and
+    the caller counts by itself instead of storing what no column can hold
+    or charging a client for a number an engine made up.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        value = int(value)
+    if not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        return None
+    return value
+
+
+def engine_usage(usage: object) -> tuple[int, int] | None:
+    """(prompt, completion) an engine reported, when both are counts (``engine_count``); None otherwise."""
+    if not isinstance(usage, tuple | list) or len(usage) != 2:
+        return None
+    prompt, completion = engine_count(usage[0]), engine_count(usage[1])
+    return None if prompt is None or completion is None else (prompt, completion)
 
 
 @dataclass
@@ -214,13 +265,44 @@ def touch_replicas(times: dict[str, datetime]) -> None:
         touch(replica_id, at)
 
 
+def _as_text(f: Finished) -> str:
+    """The record as JSON text that any text column can store (NULs and all escaped)."""
+    return json.dumps(dataclasses.asdict(f), default=str, ensure_ascii=True)
+
+
+def set_aside(f: Finished, reason: str, now: datetime | None = None) -> None:
+    """Keep a record the database refused, and give its reservation back.
+
+    Its cost is charged where the budgets can hold it; where even that is
+    refused, the reservation is given back with nothing charged (the record
+    kept here says what it cost).
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        SetAsideUsage.objects.create(at=now, reason=reason.replace("\x00", "\\x00")[:2000], record=_as_text(f))
+        for charged in (f, dataclasses.replace(f, cost_micros=0)):
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    for sql, params in budgets.settle_statements(_charges([charged]), now):
+                        cursor.execute(sql, params)
+                return
+            except REFUSALS:
+                continue
+
+
+def _reason(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
 class Writer:
     """Queues finished requests and replica uses; writes them from background tasks.
 
     ``run_db`` runs a function on an ORM thread. ``write_batch``, when given,
     writes a batch instead of ``write`` on that thread (gateway.pgpath's, on
     the event loop). Once a minute it also deletes the rate-limit windows
-    nothing reads any more.
+    nothing reads any more, and every LLMGW_GATEWAY_LEASE_S / 4 it renews
+    this process's leases (gateway.leases).
     """
 
     def __init__(self, run_db, flush_every_s: float, touch_every_s: float, write_batch=None) -> None:
@@ -230,12 +312,17 @@ class Writer:
         self.touch_every_s = touch_every_s
         self.queue: list[Finished] = []
         self.touched: dict[str, datetime] = {}
+        self.set_aside = 0
+        """Records this process set aside (the database's count is what /metrics gives)."""
         self._lock = threading.Lock()
         self._tasks: list[asyncio.Task] = []
+        self._closing: asyncio.Event | None = None
 
     def start(self) -> None:
         if not self._tasks:
+            self._closing = asyncio.Event()
             self._tasks = [
+                asyncio.ensure_future(self._loop(self.renew, leases.lease_s() / leases.RENEWALS_PER_LEASE, first=True)),
                 asyncio.ensure_future(self._loop(self.flush, self.flush_every_s)),
                 asyncio.ensure_future(self._loop(self.flush_touches, self.touch_every_s)),
                 asyncio.ensure_future(self._loop(self.prune, PRUNE_EVERY_S)),
@@ -261,26 +348,90 @@ class Writer:
         with self._lock:
             self.queue[:0] = batch
 
-    async def _loop(self, job, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
+    async def _loop(self, job, every: float, first: bool = False) -> None:
+        """Run ``job`` every ``every`` seconds until ``close``; a job under way is never cut off by it."""
+        failing = False
+        while not self._closing.is_set():
+            if not first:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), every)
+                if self._closing.is_set():
+                    return
+            first = False
             try:
                 await job()
-            except Exception:
-                log.exception("gateway: writing usage failed; will retry")
+            except Exception as exc:  # noqa: BLE001 - the loop outlives any one failure; it is logged
+                # Once per outage, not once per try: the flush runs every few milliseconds.
+                if not failing:
+                    log.warning("gateway: %s failed; will retry until it succeeds: %s", job.__name__, _reason(exc))
+                failing = True
+            else:
+                if failing:
+                    log.warning("gateway: %s succeeds again", job.__name__)
+                failing = False
+
+    async def close(self) -> None:
+        """Stop the loops (waiting for a write under way), write what is queued, and end this process's leases."""
+        if self._closing is not None:
+            self._closing.set()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks = []
+        await self.flush()
+        await self.flush_touches()
+        with contextlib.suppress(Exception):
+            await self.run_db(leases.release, timezone.now())
 
     async def flush(self) -> None:
         batch = self._take()
-        if not batch:
-            return
-        try:
-            if self.write_batch is not None:
-                await self.write_batch(batch)
-            else:
-                await self.run_db(write, batch)
-        except BaseException:
-            self._put_back(batch)
-            raise
+        if batch:
+            await self._write_splitting(batch)
+
+    async def _write_splitting(self, batch: list[Finished]) -> None:
+        """Write ``batch``; what the database refuses is split in halves, and a single refused record set aside.
+
+        Halves rather than record by record: a batch of a thousand with one
+        bad record costs about twenty transactions, not a thousand. Anything
+        but a refusal (the database is away) puts back what is not written
+        yet, and raises.
+        """
+        parts = [batch]
+        while parts:
+            part = parts.pop()
+            try:
+                await self._write(part)
+            except REFUSALS as exc:
+                if len(part) > 1:
+                    half = len(part) // 2
+                    parts += [part[half:], part[:half]]  # the first half is written first
+                    continue
+                try:
+                    await self._set_aside(part[0], exc)
+                except BaseException:
+                    self._put_back([f for p in [part, *reversed(parts)] for f in p])
+                    raise
+            except BaseException:
+                self._put_back([f for p in [part, *reversed(parts)] for f in p])
+                raise
+
+    async def _write(self, part: list[Finished]) -> None:
+        if self.write_batch is not None:
+            await self.write_batch(part)
+        else:
+            await self.run_db(write, part)
+
+    async def _set_aside(self, f: Finished, exc: BaseException) -> None:
+        reason = _reason(exc)
+        log.error(
+            "usage: set aside a record the database refused (%s): key %s, model %r, %d+%d tokens, %d micros",
+            reason,
+            f.caller.key_id,
+            f.model or f.requested,
+            f.prompt_tokens,
+            f.completion_tokens,
+            f.cost_micros,
+        )
+        await self.run_db(set_aside, f, reason)
+        self.set_aside += 1
 
     async def flush_touches(self) -> None:
         if self.touched:
@@ -290,11 +441,30 @@ class Writer:
     async def prune(self) -> None:
         await self.run_db(ratelimit.db_prune, time.time())
 
+    async def renew(self) -> None:
+        await self.run_db(leases.renew, timezone.now())
+
     def flush_now(self) -> None:
         """Write what is queued, from this thread (at exit, when the loop is gone)."""
         batch = self._take()
         with contextlib.suppress(Exception):
-            write(batch)
+            write_splitting(batch)
         with contextlib.suppress(Exception):
             if self.touched:
                 touch_replicas(self.touched)
+
+
+def write_splitting(batch: list[Finished]) -> None:
+    """``write``, with what the database refuses split off and set aside as ``Writer`` does (at exit)."""
+    parts = [batch]
+    while parts:
+        part = parts.pop()
+        try:
+            write(part)
+        except REFUSALS as exc:
+            if len(part) > 1:
+                half = len(part) // 2
+                parts += [part[half:], part[:half]]
+            else:
+                log.error("usage: set aside a record the database refused (%s)", _reason(exc))
+                set_aside(part[0], _reason(exc))

@@ -28,6 +28,7 @@ PERIODIC: dict[str, tuple[str, float]] = {
     "doctor": ("llmgw.core.tasks.doctor_sweep", 60.0),
     "reconcile": ("placement.tasks.reconcile", 5.0),
     "catalog_file": ("catalog.tasks.load_catalog_file", 5.0),
+    "reap_leases": ("gateway.tasks.reap_leases", 60.0),
 }
 
 

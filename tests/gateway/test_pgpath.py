@@ -10,9 +10,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from gateway import admission, keys
+from gateway import admission, keys, leases
 from gateway.asgi import GatewayApp
-from gateway.models import ApiKey, Budget, RateWindow, Team, UsageHour, UsageRecord
+from gateway.models import ApiKey, Budget, Lease, RateWindow, Team, UsageHour, UsageRecord
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
 from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
@@ -58,6 +58,14 @@ def outcome(result: admission.Admission):
         (refused.status, refused.code, refused.message) if refused else None,
         result.reserved,
     )
+
+
+def held(budget: Budget, micros: int) -> Budget:
+    """``budget`` with ``micros`` reserved by this process, as its requests in flight would hold them."""
+    Budget.objects.filter(pk=budget.pk).update(reserved_micros=micros)
+    Lease.objects.create(owner=leases.owner(), budget=budget, micros=micros, expires_at=timezone.now())
+    budget.refresh_from_db()
+    return budget
 
 
 def reset() -> None:
@@ -231,10 +239,8 @@ def test_usage_written_from_the_loop_is_what_the_orms_writer_writes(postgresql):
     # More records than one INSERT takes, so the batch is split.
     count = ROWS_PER_INSERT * 2 + 7
     by_orm, on_loop_key = keys.issue(team="a", org="acme"), keys.issue(team="b", org="acme")
-    orm_budget = Budget.objects.create(scope="key", key=by_orm.key, amount_micros=10**9, reserved_micros=count * 50)
-    loop_budget = Budget.objects.create(
-        scope="key", key=on_loop_key.key, amount_micros=10**9, reserved_micros=count * 50
-    )
+    orm_budget = held(Budget.objects.create(scope="key", key=by_orm.key, amount_micros=10**9), count * 50)
+    loop_budget = held(Budget.objects.create(scope="key", key=on_loop_key.key, amount_micros=10**9), count * 50)
     orm_caller, _ = keys.authenticate(by_orm.secret)
     loop_caller, _ = keys.authenticate(on_loop_key.secret)
     write(finished(orm_caller, count, reserved=50))

@@ -396,3 +396,30 @@ def test_a_client_that_hangs_up_while_its_budget_is_reserved_leaves_no_reservati
     record = UsageRecord.objects.get()
     assert (record.status, record.outcome, record.completion_tokens) == (499, "client_disconnected", 0)
     assert Budget.objects.get().reserved_micros == 0
+
+
+def test_a_usage_batch_being_written_when_the_gateway_closes_is_not_lost(engines, monkeypatch):
+    # The race behind the hang-up test's rare failures: the writer's own loop
+    # had taken the record and was mid-write when close() found the queue
+    # empty and returned; the loop's task was then cancelled with the event
+    # loop, the write interrupted mid-command, and the record put back into a
+    # queue nobody would flush again. A slow write makes that certain.
+    from gateway.pgpath import PgPath
+
+    replica(model("llama"), engines().url)
+    secret = key()
+    real_write = PgPath.write
+
+    async def slow_write(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(PgPath, "write", slow_write)
+
+    async def scenario(app):
+        answer = await call(app, CHAT, hello("llama"), key=secret)
+        await asyncio.sleep(0.05)  # the writer's loop takes the record and starts writing it
+        return answer
+
+    assert run(scenario).status == 200
+    assert UsageRecord.objects.count() == 1

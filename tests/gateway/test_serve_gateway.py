@@ -21,7 +21,9 @@ from django.db import connection
 from django.utils import timezone
 
 from gateway import keys
-from gateway.models import ApiKey, Budget, UsageRecord
+from gateway.models import ApiKey, Budget, Lease, UsageRecord
+from gateway.tasks import reap_leases
+from llmgw.celery import beat_schedule
 from llmgw.core.models import ApiToken
 from tests.core.test_serve import Server, descendants
 from tests.gateway.harness import key, model, replica
@@ -225,3 +227,45 @@ def test_gateway_workers_share_the_listener_come_back_when_killed_and_write_usag
     assert not descendants(pid), "no gateway process outlives llmgw serve"
     assert UsageRecord.objects.filter(at__gte=killed_at).count() == 5
     assert "Traceback" not in server.log.read_text(), server.log.read_text()
+
+
+def test_a_gateway_worker_killed_mid_request_gives_its_reservation_back_within_its_lease(engines, tmp_path):
+    engine = engines(tokens=400, token_delay_s=0.05)  # a 20 s answer
+    replica(model("llama", price=(0, 1_000_000)), engine.url)  # a micro per completion token
+    secret = key()
+    budget = Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=10_000, period="day")
+    lease_s = 2.0
+    # Beat's own reaper is left out of the way: this test drives it.
+    server = Server(tmp_path, **server_env(), LLMGW_GATEWAY_LEASE_S=str(lease_s), LLMGW_EVERY_REAP_LEASES="3600")
+    body = {"model": "llama", "stream": True, "max_tokens": 500, "messages": [{"role": "user", "content": "go"}]}
+    try:
+        server.wait_ready()
+        (worker,) = wait_for(lambda: gateway_processes(server))
+        with httpx.stream(
+            "POST",
+            f"http://{server.gateway}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {secret}"},
+        ) as answer:
+            assert answer.status_code == 200
+            lines = answer.iter_lines()  # kept: a generator let go of closes the answer
+            while not next(lines).startswith("data:"):
+                pass
+            budget.refresh_from_db()
+            assert budget.reserved_micros >= 500
+            # The request outlives its lease's length: the living worker's renewals keep it held.
+            time.sleep(lease_s * 1.5)
+            reap_leases()
+            assert Budget.objects.get().reserved_micros == budget.reserved_micros
+            os.kill(worker, signal.SIGKILL)
+            killed = time.monotonic()
+        # Held until the lease runs out (no renewal comes now), then the reaper gives it back.
+        while Budget.objects.get().reserved_micros and time.monotonic() - killed < lease_s + 5:
+            reap_leases()
+            time.sleep(0.1)
+        assert Budget.objects.get().reserved_micros == 0
+        assert lease_s * 0.5 < time.monotonic() - killed <= lease_s + 1.5
+        assert not Lease.objects.exclude(micros=0).exists()
+        assert "reap_leases" in beat_schedule({})
+    finally:
+        server.stop()
