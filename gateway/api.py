@@ -17,7 +17,7 @@ from django.urls import path
 from rest_framework.response import Response
 
 from catalog.models import CatalogModel
-from gateway import keys, reports
+from gateway import budgets, keys, reports
 from gateway.models import ApiKey, Budget, Organisation, Period, Scope, Team
 from llmgw.api import columns
 from llmgw.api.base import ApiView, Refused
@@ -112,6 +112,8 @@ class BudgetsView(GatewayView):
         amount = columns.whole(
             data.get("amount_micros"), "amount_micros", column(Budget, "amount_micros"), required=True, unit="micros"
         )
+        if amount > budgets.MAX_MICROS:
+            raise columns.refuse("amount_micros", f"must be at most {budgets.MAX_MICROS} micros (got {amount})")
         period = columns.choice(data.get("period"), "period", Period.values, default=Period.MONTH)
         with transaction.atomic():
             fields = owner(scope, name)

@@ -32,6 +32,10 @@ from gateway import leases
 from gateway.models import Budget, Period, Scope
 
 MILLION = 1_000_000
+# The most micros one estimate, or one budget's amount, may be: admission adds spent, reserved
+# and an estimate in SQL, and with each below 2**61 that sum stays inside a bigint whatever a
+# client asks for (an n × max_tokens × price past it is simply more than any budget holds).
+MAX_MICROS = 2**61
 
 
 def cost_micros(prompt_tokens: int, completion_tokens: int, price: tuple[int, int] | None) -> int:
@@ -42,7 +46,7 @@ def cost_micros(prompt_tokens: int, completion_tokens: int, price: tuple[int, in
     if price is None:
         return 0
     total = prompt_tokens * price[0] + completion_tokens * price[1]
-    return -(-total // MILLION)
+    return min(-(-total // MILLION), MAX_MICROS)
 
 
 def period_start(period: str, now: datetime) -> datetime:

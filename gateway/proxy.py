@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from gateway import admission, budgets, conf, errors, router, tokens, upstream, usage
+from gateway import admission, budgets, conf, errors, router, shapes, tokens, upstream, usage
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.keys import Caller
 from gateway.pgpath import PgPath
@@ -216,7 +216,7 @@ class Gateway:
     async def complete(self, endpoint: str, raw: bytes, secret: str, send) -> None:
         self.writer.start()
         started = time.monotonic()
-        body = _parse(raw)
+        body = _parse(raw, endpoint)
         name = body["model"]
         snapshot = await self.directory.current()
         entry = snapshot.by_name.get(name)
@@ -498,7 +498,11 @@ class Gateway:
         usage = engine_usage(usage)
         if usage is None:
             prompt = completion = 0
-            if replica is not None:
+            # An engine that refused the request (4xx: a bad body, a context too long) generated
+            # nothing and read nothing it will bill for: the request costs nothing. A client
+            # that hung up (CLIENT_CLOSED) is another matter: the engine worked until then.
+            refused_by_engine = 400 <= status < 500 and status != CLIENT_CLOSED
+            if replica is not None and not refused_by_engine:
                 counted_by = "llmgw"
                 completion = min(completion_guess, MAX_TOKENS)
                 counted = await tokens.count_prompt(self.client, replica.endpoint, model.name, ticket.prompt)
@@ -532,7 +536,7 @@ class Gateway:
             await self.limiter.spend(ticket.caller, prompt + completion)
 
 
-def _parse(raw: bytes) -> dict:
+def _parse(raw: bytes, endpoint: str) -> dict:
     try:
         body = jsonbody.loads(raw)
     except jsonbody.BodyError as exc:
@@ -541,6 +545,10 @@ def _parse(raw: bytes) -> dict:
         raise errors.bad_request("the request body must be a JSON object", "invalid_json")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise errors.bad_request("the request names no model: send {'model': 'NAME', …}", "model_missing")
+    # Before anything is reserved: a body no engine would serve costs nothing (gateway/shapes.py).
+    wrong = shapes.problem(endpoint, body)
+    if wrong:
+        raise errors.bad_request(wrong, "invalid_request")
     return body
 
 

@@ -74,7 +74,7 @@ def prompt_prefix(body: Mapping, chars: int) -> str | None:
                 continue
             content = message.get("content")
             if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
             text = f"{message.get('role', '')}:{content if isinstance(content, str) else ''}\n"
             parts.append(text)
             size += len(text)

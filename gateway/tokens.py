@@ -108,7 +108,8 @@ def _walk(value, prompt: Prompt) -> None:
         for item in value:
             _walk(item, prompt)
     elif isinstance(value, dict):
-        if value.get("type") in NON_TEXT_TYPES or any(k in NON_TEXT_TYPES for k in value if k != "type"):
+        kind = value.get("type")
+        if (isinstance(kind, str) and kind in NON_TEXT_TYPES) or any(k in NON_TEXT_TYPES for k in value if k != "type"):
             prompt.non_text += 1
             return
         for name, item in value.items():

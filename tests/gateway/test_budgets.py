@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from gateway import budgets, keys
 from gateway.asgi import GatewayApp
-from gateway.models import Budget, Team
+from gateway.models import Budget, Team, UsageRecord
 from gateway.proxy import Gateway
 from gateway.usage import Finished, write
 from tests.gateway.harness import FAST, call, key, model, replica, settle
@@ -157,3 +157,27 @@ def test_requests_that_set_max_tokens_never_overrun_a_budget_whatever_the_script
     budget.refresh_from_db()
     assert budget.spent_micros <= 1_500 and budget.reserved_micros == 0, [a.status for a in answers]
     assert answers[0].status == 200 and answers[-1].status == 429
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_a_request_the_engine_refuses_costs_nothing(engines, on_loop):
+    # Found by the hostile suite: an engine's 400 (a body it cannot serve) was charged the
+    # gateway's own count of the prompt, though the engine generated and billed nothing.
+    replica(model("llama", price=(1_000_000, 1_000_000)), engines(fail_status=400).url)
+    secret = key()
+    budget = Budget.objects.create(scope="team", team=Team.objects.get(), amount_micros=10**9, period="day")
+    body = {"model": "llama", "messages": [{"role": "user", "content": "a prompt the engine refuses"}]}
+
+    async def scenario():
+        app = GatewayApp(lambda: Gateway(FAST, queries_on_loop=on_loop))
+        try:
+            return await call(app, "/v1/chat/completions", body, key=secret)
+        finally:
+            await settle(app)
+
+    assert asyncio.run(scenario()).status == 400
+    budget.refresh_from_db()
+    assert (budget.spent_micros, budget.reserved_micros) == (0, 0)
+    record = UsageRecord.objects.get()
+    assert (record.status, record.cost_micros, record.prompt_tokens) == (400, 0, 0)
