@@ -169,8 +169,10 @@ class Gateway:
 
     async def close(self) -> None:
         """Write what is queued, then close the upstream client and every connection."""
-        if self.background:
-            await asyncio.gather(*self.background, return_exceptions=True)
+        # Until none is left: finishing one may start another (an admission that
+        # lands after its client left starts the task that records it).
+        while self.background:
+            await asyncio.gather(*list(self.background), return_exceptions=True)
         # Waits for a write the writer's own loop has under way: returning
         # before it, the loop's task was cancelled with the event loop,
         # the write cut off mid-command and its records lost.
@@ -241,6 +243,11 @@ class Gateway:
             # must not leave the reservation held for ever (see _admitted_after_all).
             admitted = await asyncio.shield(admission_task)
         except asyncio.CancelledError:
+            # Kept among the background work close() waits for: a gateway closing
+            # while this admission lands must still record it and give its
+            # reservation back (its _finish adds one more task, waited for too).
+            self.background.add(admission_task)
+            admission_task.add_done_callback(self.background.discard)
             admission_task.add_done_callback(
                 lambda task: self._admitted_after_all(task, name, endpoint, stream, started, prompt)
             )

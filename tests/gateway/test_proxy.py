@@ -353,7 +353,10 @@ def test_used_replicas_are_touched_for_idle_scale_down(engines):
     assert r.last_used_at is not None and (timezone.now() - r.last_used_at).total_seconds() < 30
 
 
-def test_a_client_that_hangs_up_while_its_budget_is_reserved_leaves_no_reservation(engines, monkeypatch):
+# 0.0: the gateway is closed while the admission is still landing (found by
+# test_usage_property.py: close() did not wait for it, and its record and reservation were lost).
+@pytest.mark.parametrize("then_s", [0.4, 0.0])
+def test_a_client_that_hangs_up_while_its_budget_is_reserved_leaves_no_reservation(engines, monkeypatch, then_s):
     replica(model("llama", price=(1_000_000, 1_000_000)), engines().url)
     secret = key()
     Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=10**9, period="day")
@@ -388,7 +391,7 @@ def test_a_client_that_hangs_up_while_its_budget_is_reserved_leaves_no_reservati
             "query_string": b"",
         }
         await asyncio.gather(app(scope, incoming.get, send), hang_up())
-        await asyncio.sleep(0.4)  # the admission finishes after the client left
+        await asyncio.sleep(then_s)  # the admission finishes after the client left
         return sent
 
     sent = run(scenario)
