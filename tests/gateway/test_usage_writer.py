@@ -59,7 +59,7 @@ def test_the_bound_on_counts_is_the_columns():
 @pytest.mark.parametrize("reported", [-7, 2**31, True])
 def test_a_count_an_engine_makes_up_is_replaced_by_llmgws_own_and_usage_goes_on(engines, monkeypatch, reported):
     # The fake engine reports this as the prompt's tokens in its usage.
-    monkeypatch.setattr(fake_engine, "prompt_tokens", lambda body: reported)
+    monkeypatch.setattr(fake_engine, "prompt_tokens", lambda body, count="words": reported)
     m = model("llama", price=(1_000_000, 1_000_000))
     replica(m, engines(tokens=3).url)
     secret = key()

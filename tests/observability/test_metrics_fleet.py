@@ -139,7 +139,8 @@ def test_the_scrape_costs_the_same_queries_for_any_fleet_size(django_assert_max_
     ingest_fleet("gb200-nvl72:2", NOW)
     with CaptureQueriesContext(connection) as large:
         scrape_fleet(NOW)
-    assert len(large) == len(small) <= 10
+    # Eleven: the set-aside usage count (issue #18) is one query more, the same for any fleet.
+    assert len(large) == len(small) <= 11
 
 
 def test_label_values_are_bounded(sims):
