@@ -143,13 +143,16 @@ else:
     # worker runs inside the ASGI process (see llmgw.serve).
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     _broker = DATA_DIR / "broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "queue"),
         "data_folder_out": str(_broker / "queue"),
         "processed_folder": str(_broker / "processed"),
+        # Its exchange tables; left out, kombu writes them to a relative "control/"
+        # in whatever folder llmgw was started from.
+        "control_folder": str(_broker / "control"),
         "store_processed": False,
     }
 

@@ -73,8 +73,15 @@ class Server:
             **env,
         )
         self.log = tmp_path / "serve.log"
+        # Started in an empty folder of its own, so a test can see what it writes outside its data dir.
+        self.cwd = tmp_path / "cwd"
+        self.cwd.mkdir(exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llmgw.cli", "serve"], env=clean, stdout=self.log.open("w"), stderr=subprocess.STDOUT
+            [sys.executable, "-m", "llmgw.cli", "serve"],
+            env=clean,
+            cwd=self.cwd,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
         )
 
     def wait_ready(self) -> None:
@@ -158,6 +165,9 @@ def test_embedded_serve_answers_on_both_listeners_and_stops_cleanly(embedded):
     assert server.stop() == 0, server.log.read_text()
     assert not descendants(pid)
     assert "Traceback" not in server.log.read_text(), server.log.read_text()
+    # Nothing outside the data dir: kombu's filesystem broker wrote a relative control/ folder
+    # into whatever folder serve was started in (issue #19).
+    assert sorted(p.name for p in server.cwd.iterdir()) == []
 
 
 def test_restart_keeps_the_secrets(tmp_path):
