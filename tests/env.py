@@ -10,10 +10,17 @@ here, in a plugin pytest imports first. Tests run on PostgreSQL
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from pathlib import Path
 
-_data = tempfile.mkdtemp(prefix="llmgw-test-")
-os.environ.setdefault("LLMGW_DATA_DIR", _data)
+# One folder for everything a run writes (the data dir, pytest's tmp_path folders),
+# removed when the run ends so that a run leaves nothing in the temporary folder.
+# LLMGW_TEST_KEEP_TMP=1 keeps it for a look after a failure.
+_root: Path | None = None
+if "LLMGW_DATA_DIR" not in os.environ:
+    _root = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
+    os.environ["LLMGW_DATA_DIR"] = str(_root / "data")
 if not os.environ.get("LLMGW_TEST_SQLITE"):
     os.environ.setdefault(
         "LLMGW_DATABASE_URL",
@@ -23,3 +30,13 @@ if not os.environ.get("LLMGW_TEST_SQLITE"):
 os.environ.setdefault("LLMGW_HEARTBEAT_FLUSHER", "manual")
 os.environ.setdefault("LLMGW_ADMIN_ADDR", "127.0.0.1:18000")
 os.environ.setdefault("LLMGW_GATEWAY_ADDR", "127.0.0.1:18080")
+
+
+def pytest_configure(config) -> None:
+    if _root is not None and config.option.basetemp is None:
+        config.option.basetemp = str(_root / "pytest")
+
+
+def pytest_unconfigure(config) -> None:
+    if _root is not None and not os.environ.get("LLMGW_TEST_KEEP_TMP"):
+        shutil.rmtree(_root, ignore_errors=True)
