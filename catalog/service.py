@@ -45,7 +45,7 @@ def _notify(model_name: str) -> None:
 
 
 def _audit(actor: str, action: str, target: str, **detail: Any) -> None:
-    AuditEntry.objects.create(actor=actor or "unknown", action=action, target=target, detail=detail)
+    AuditEntry.record(actor, action, target, detail)
 
 
 def resolve(name_or_alias: str) -> CatalogModel | None:

@@ -34,7 +34,7 @@ class NoCountPaginator(Paginator):
 
 
 def _audit(request, action: str, target: str, **detail) -> None:
-    AuditEntry.objects.create(actor=request.user.get_username(), action=action, target=target, detail=detail)
+    AuditEntry.record(request.user.get_username(), action, target, detail)
 
 
 @admin.register(Organisation)

@@ -50,12 +50,7 @@ def set_node_state(name: str, word: Any, *, actor: str, detail: dict | None = No
         previous = node.state
         if previous != state:
             Node.objects.filter(pk=node.pk).update(state=state)
-        AuditEntry.objects.create(
-            actor=(actor or "unknown")[:200],
-            action=ACTIONS[state],
-            target=name[:200],
-            detail={"previous": previous, "state": state, **(detail or {})},
-        )
+        AuditEntry.record(actor, ACTIONS[state], name, {"previous": previous, "state": state, **(detail or {})})
     node_state_changed(name)
     return previous, state
 

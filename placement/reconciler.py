@@ -116,9 +116,7 @@ def _stop(replica: Replica, now: datetime, reason: str) -> None:
     replica.state = ReplicaState.STOPPING
     replica.stopping_since = now
     replica.save(update_fields=["state", "stopping_since"])
-    AuditEntry.objects.create(
-        actor=ACTOR, action="stop-replica", target=f"{replica.model.name}#{replica.id}", detail={"reason": reason}
-    )
+    AuditEntry.record(ACTOR, "stop-replica", f"{replica.model.name}#{replica.id}", {"reason": reason})
 
 
 # --- 2. reaping -------------------------------------------------------------------
@@ -159,12 +157,8 @@ def _park(now: datetime, result: Result) -> None:
         model.parked_at = now
         model.parked_error = last.error if last else f"{model.failure_streak} starts failed in a row"
         model.save(update_fields=["parked_at", "parked_error", "updated_at"])
-        AuditEntry.objects.create(
-            actor=ACTOR,
-            action="park",
-            target=model.name,
-            detail={"failed_starts": model.failure_streak, "error": model.parked_error},
-        )
+        detail = {"failed_starts": model.failure_streak, "error": model.parked_error}
+        AuditEntry.record(ACTOR, "park", model.name, detail)
         result.parked.append(model.name)
 
 
@@ -181,11 +175,8 @@ def _apply(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) ->
     for move in decided.replace:
         rid = _create(move.new, loaded, now, replaces=move.old_replica_id)
         result.replacing.append(rid)
-        AuditEntry.objects.create(
-            actor=ACTOR,
-            action="replace-replica",
-            target=f"{move.new.model}#{move.old_replica_id}",
-            detail={"by": rid, "reason": move.reason},
+        AuditEntry.record(
+            ACTOR, "replace-replica", f"{move.new.model}#{move.old_replica_id}", {"by": rid, "reason": move.reason}
         )
     result.stale = list(decided.stale)
 

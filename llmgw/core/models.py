@@ -88,7 +88,7 @@ class AuditEntry(models.Model):
 
     @classmethod
     def record(cls, actor: str, action: str, target: str, detail: dict | None = None) -> AuditEntry:
-        """Write one change to the log."""
+        """Write one change to the log: the one way every app writes an audit row (names fitted by save())."""
         return cls.objects.create(actor=actor, action=action, target=target, detail=detail or {})
 
 

@@ -32,8 +32,6 @@ class Command(BaseCommand):
             raise CommandError(f"the account {user!r} is disabled; enable it in the admin first")
         label = name or ("read-only token" if read_only else "token") + " from the command line"
         token, secret = ApiToken.issue(account, label[:100], read_only=read_only)
-        AuditEntry.objects.create(
-            actor=user, action="create-token", target=token.hint, detail={"read_only": read_only, "via": "command"}
-        )
+        AuditEntry.record(user, "create-token", token.hint, {"read_only": read_only, "via": "command"})
         self.stderr.write(f"Token {token.hint} for {user}{' (read-only)' if read_only else ''}; shown once:")
         self.stdout.write(secret)
