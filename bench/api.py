@@ -25,7 +25,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PG = "postgresql://postgres@127.0.0.1:5432"
-DB = "llmgw_bench_api"
+DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_api")
 PATHS = ("/api/v1/summary", "/api/v1/nodes", "/api/v1/replicas", "/api/v1/nvlink")
 
 
