@@ -31,7 +31,7 @@ GPU_LIST_FIELDS = ("node_id", "index", "gpu_class", "health", "parent_index", "m
 _GPU_WIRING = ("name", "numa", "nvlink_peers", "nics", "fabric_state", "fabric_bandwidth")
 # What the node list reads of each GPU: its health only where it has a problem, since decoding
 # fourteen thousand empty JSON lists is most of the listing's time on a large fleet.
-_GPU_LEAN = [f for f in GPU_LIST_FIELDS if f != "health"] + list(_GPU_WIRING)
+_GPU_LEAN = [f for f in GPU_LIST_FIELDS if f != "health"]
 # What a port's view reads; the node's own page adds previous_counters, for the errors rising since.
 PORT_FIELDS = ("hca", "port", "state", "phys_state", "rate_gbps", "link_layer", "fabric", "network", "sm_guid")
 PORT_FIELDS += ("sm_lid", "sm_error", "counters")
@@ -65,26 +65,34 @@ class NodeUsage:
 # --- nodes ---------------------------------------------------------------------------
 
 
-def node_list(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every node as ``ctl nodes`` and the console's node table show it."""
+def node_list(now: datetime | None = None, fields: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """Every node as ``ctl nodes`` and the console's node table show it.
+
+    ``fields`` keeps only those top-level keys; without ``gpus`` and
+    ``ib_ports`` among them their wiring and ports are not read at all, which
+    is most of a large fleet's listing (``?fields=`` in the API).
+    """
     now = now or timezone.now()
+    cards = fields is None or "gpus" in fields
     problems = {(n, i): h for n, i, h in GPU.objects.exclude(health=[]).values_list("node_id", "index", "health")}
     gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN):
+    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
         g["health"] = problems.get((g["node_id"], g["index"])) or []
         gpus[g["node_id"]].append(g)
     ports: dict[int, list[dict]] = defaultdict(list)
-    for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
-        ports[p["node_id"]].append(_port_view(p))
+    if fields is None or "ib_ports" in fields:
+        for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
+            ports[p["node_id"]].append(_port_view(p))
     usage = NodeUsage.load()
     domains = _domain_keys()
     nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
     out = []
     for n in nodes:
         view = _node_view(n, gpus[n.pk], usage, domains, now)
-        view["gpus"] = [_gpu_brief(g, domains) for g in gpus[n.pk]]
+        if cards:
+            view["gpus"] = [_gpu_brief(g, domains) for g in gpus[n.pk]]
         view["ib_ports"] = ports[n.pk]
-        out.append(view)
+        out.append(view if fields is None else {k: v for k, v in view.items() if k in fields})
     return out
 
 

@@ -187,3 +187,24 @@ def test_the_listing_costs_the_same_queries_for_one_node_and_for_many(operator, 
     ingest_fleet("gb200-nvl72:1,h100-hgx:6@north,a100-mig:2,cpu:2", prefix="b-")
     assert Node.objects.count() > 20
     assert listing_queries(operator) == one
+
+
+def test_fields_keeps_only_the_named_ones_and_skips_the_cards_and_ports(operator, fleet):
+    full = {n["id"]: n for n in operator.get("/api/v1/nodes").json()}
+    lean = operator.get("/api/v1/nodes?fields=id,state,gpu_free").json()
+    assert [sorted(n) for n in lean] == [["gpu_free", "id", "state"]] * len(full)
+    assert all(n["gpu_free"] == full[n["id"]]["gpu_free"] for n in lean)
+    with_cards = operator.get("/api/v1/nodes?fields=id,gpus").json()
+    assert all(n.get("gpus", []) == full[n["id"]].get("gpus", []) for n in with_cards)
+    with CaptureQueriesContext(connection) as seen:
+        operator.get("/api/v1/nodes?fields=id,state")
+    assert not any("inventory_ibport" in q["sql"] for q in seen.captured_queries), "ports not asked for, not read"
+
+
+@pytest.mark.parametrize(
+    "asked, says",
+    [("id,colour", "fields: a node has no field 'colour'"), (",", "fields: name at least one field")],
+)
+def test_a_wrong_fields_is_a_400_that_names_it(operator, fleet, asked, says):
+    answer = operator.get(f"/api/v1/nodes?fields={asked}")
+    assert answer.status_code == 400 and answer.json()["error"].startswith(says)

@@ -95,6 +95,16 @@ class NodeSerializer(s.Serializer):
     ib_ports = IBPortSerializer(many=True)
 
 
+class NodeListedSerializer(NodeSerializer):
+    """A node in the listing: every field of NodeSerializer, each present unless ``?fields=`` leaves it out."""
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for field in fields.values():
+            field.required = False
+        return fields
+
+
 class GPUSerializer(s.Serializer):
     """One card or MIG instance, with how it is wired."""
 
