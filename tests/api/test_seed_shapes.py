@@ -12,6 +12,7 @@ llmgw's own fields sit beside these and are not checked here.
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 
 import pytest
@@ -20,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.models import Node
-from inventory.views_data.nodes import go_duration
+from inventory.views_data.nodes import go_duration, node_list
 from tests.api.fleet import add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db
@@ -208,3 +209,15 @@ def test_fields_keeps_only_the_named_ones_and_skips_the_cards_and_ports(operator
 def test_a_wrong_fields_is_a_400_that_names_it(operator, fleet, asked, says):
     answer = operator.get(f"/api/v1/nodes?fields={asked}")
     assert answer.status_code == 400 and answer.json()["error"].startswith(says)
+
+
+def test_the_listing_leaves_the_cycle_collector_as_it_found_it(operator, fleet):
+    assert gc.isenabled()
+    assert operator.get("/api/v1/nodes").status_code == 200
+    assert gc.isenabled(), "the collector is back on once the listing is built"
+    gc.disable()
+    try:
+        node_list(wiring=True)
+        assert not gc.isenabled(), "a collector someone else turned off stays off"
+    finally:
+        gc.enable()

@@ -55,7 +55,7 @@ class NodeListView(ApiView):
         responses={200: NodeListedSerializer(many=True), **ERRORS},
     )
     def get(self, request):
-        return Response(node_list(fields=listed_fields(request.query_params.get("fields"))))
+        return Response(node_list(fields=listed_fields(request.query_params.get("fields")), wiring=True))
 
 
 class NodeDetailView(ApiView):
