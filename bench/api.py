@@ -25,8 +25,10 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PG = "postgresql://postgres@127.0.0.1:5432"
-DB = "llmgw_bench_api"
-PATHS = ("/api/v1/summary", "/api/v1/nodes", "/api/v1/replicas", "/api/v1/nvlink")
+DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_api")
+# The node listing twice: in full (every card and port, as the seeds list them) and as `ctl nodes` asks for it.
+LEAN_NODES = "/api/v1/nodes?fields=id,state,reachable,devices,replicas,nvlink_domain,load,last_seen_seconds"
+PATHS = ("/api/v1/summary", "/api/v1/nodes", LEAN_NODES, "/api/v1/replicas", "/api/v1/nvlink")
 
 
 def reset_database() -> None:
@@ -146,7 +148,8 @@ def main() -> int:
     print(f"fleet: {nodes} nodes, {GPU.objects.count()} GPU rows, {replicas} replicas (ingested in {took:.1f} s)")
     print(f"{'endpoint':<22}{'p50 ms':>9}{'p99 ms':>9}{'MB':>7}{'queries':>9}   ({args.requests} requests each)")
     for path, p50, p99, mb, queries in measure(args.requests):
-        print(f"{path:<22}{p50:>9.1f}{p99:>9.1f}{mb:>7.2f}{queries:>9}")
+        shown = path.split("=")[0] + "=…" if "=" in path else path
+        print(f"{shown:<22}{p50:>9.1f}{p99:>9.1f}{mb:>7.2f}{queries:>9}")
     return 0
 
 

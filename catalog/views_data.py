@@ -46,7 +46,10 @@ def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]
         "total_replicas": counts.get("total", 0),
         "aliases": [a.name for a in m.aliases.all()],
         "fallbacks": [f.target.name for f in sorted(m.fallbacks.all(), key=lambda f: f.position)],
-        "profiles": [_profile_view(p) for p in m.profiles.all()],
+        # The seeds' type: the profiles' names, which scripts join and print. The
+        # full definitions sit beside them under a name of their own.
+        "profiles": [p.name for p in m.profiles.all()],
+        "profile_specs": [_profile_view(p) for p in m.profiles.all()],
         "parked": m.parked_at is not None,
         # The scheduler's last word was that it could not place what the model wants.
         "unplaceable": unplaced,

@@ -11,8 +11,10 @@ their GPUs, and the shards that hold GPUs — never one query per node or GPU.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,9 +28,15 @@ from inventory.models import GPU, IBPort, Node, NVLinkDomain, mig_label
 LOAD_FRESH = timedelta(minutes=1)
 
 GPU_LIST_FIELDS = ("node_id", "index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid", "domain_id")
+# What each card in the listing's ``gpus`` shows: the seeds' GPUView (index, name, numa,
+# nvlink_peers, nearest_nic, nic_path, fabric_state, domain, bandwidth), read as values.
+_GPU_WIRING = ("name", "numa", "nvlink_peers", "nics", "fabric_state", "fabric_bandwidth")
 # What the node list reads of each GPU: its health only where it has a problem, since decoding
 # fourteen thousand empty JSON lists is most of the listing's time on a large fleet.
 _GPU_LEAN = [f for f in GPU_LIST_FIELDS if f != "health"]
+# What a port's view reads; the node's own page adds previous_counters, for the errors rising since.
+PORT_FIELDS = ("hca", "port", "state", "phys_state", "rate_gbps", "link_layer", "fabric", "network", "sm_guid")
+PORT_FIELDS += ("sm_lid", "sm_error", "counters")
 # Node columns the listing never shows; the node's own page reads them.
 _NODE_UNLISTED = ("shard_status", "imex_nodes", "problems", "credential_digest", "report_digest", "machine_id")
 
@@ -59,18 +67,84 @@ class NodeUsage:
 # --- nodes ---------------------------------------------------------------------------
 
 
-def node_list(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every node as ``ctl nodes`` and the console's node table show it."""
-    now = now or timezone.now()
+def node_list(
+    now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
+) -> list[dict[str, Any]]:
+    """Every node as ``ctl nodes`` and the console's node table show it.
+
+    ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
+    them; the console's tables and the summary do without, since reading them
+    is most of a large fleet's listing. ``fields`` keeps only those top-level
+    keys (``?fields=`` in the API), and skips the cards and ports unless named.
+    """
+    with _cycles_uncollected():
+        return _node_list(now or timezone.now(), fields, wiring)
+
+
+@contextmanager
+def _cycles_uncollected() -> Iterator[None]:
+    """Hold off Python's cycle collector while the listing is built.
+
+    A 2,000-node listing allocates about a million small dicts and lists, none
+    of them in a cycle; the collector's passes over them were a third of its
+    time. Reference counting still frees everything; the collector resumes (if
+    it was on) as soon as the listing is built.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _node_list(now: datetime, fields: frozenset[str] | None, wiring: bool) -> list[dict[str, Any]]:
+    cards = wiring and (fields is None or "gpus" in fields)
     problems = {(n, i): h for n, i, h in GPU.objects.exclude(health=[]).values_list("node_id", "index", "health")}
     gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN):
+    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
         g["health"] = problems.get((g["node_id"], g["index"])) or []
         gpus[g["node_id"]].append(g)
+    ports: dict[int, list[dict]] = defaultdict(list)
+    if wiring and (fields is None or "ib_ports" in fields):
+        for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
+            ports[p["node_id"]].append(_port_view(p))
     usage = NodeUsage.load()
     domains = _domain_keys()
     nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
-    return [_node_view(n, gpus[n.pk], usage, domains, now) for n in nodes]
+    nearest: dict[tuple, tuple[str, str] | None] = {}
+    out = []
+    for n in nodes:
+        view = _node_view(n, gpus[n.pk], usage, domains, now)
+        if cards:
+            view["gpus"] = [_gpu_brief(g, domains, nearest) for g in gpus[n.pk]]
+        if wiring:
+            view["ib_ports"] = ports[n.pk]
+        out.append(view if fields is None else {k: v for k, v in view.items() if k in fields})
+    return out
+
+
+def _gpu_brief(g: Mapping[str, Any], domains: Mapping[int, str], nearest: dict) -> dict[str, Any]:
+    """One card as the listing shows it: the seeds' GPUView names, from a values() row (no instance per card).
+
+    ``nearest`` remembers each adapter map's nearest adapter: card 3 of every
+    HGX node has the same map, so a fleet has a few dozen, not one per card.
+    """
+    view: dict[str, Any] = {"index": g["index"], "label": mig_label(g["index"]), "name": g["name"]}
+    view["class"] = g["gpu_class"]
+    _put(view, "numa", g["numa"])
+    _put(view, "nvlink_peers", g["nvlink_peers"])
+    nics = g["nics"]
+    key = tuple(nics.items()) if isinstance(nics, dict) else ()
+    if key not in nearest:
+        nearest[key] = devices.nearest_nic(nics if isinstance(nics, dict) else None)
+    if near := nearest[key]:
+        view["nearest_nic"], view["nic_path"] = near
+    _put(view, "fabric_state", g["fabric_state"] or None)
+    _put(view, "domain", domains.get(g["domain_id"]) if g["domain_id"] is not None else None)
+    _put(view, "bandwidth", g["fabric_bandwidth"] or None)
+    return view
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
@@ -85,7 +159,8 @@ def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None
     view = _node_view(node, listed, usage, _domain_keys(), now)
     holders = _gpu_holders(node.pk)
     view["gpus"] = [_gpu_view(g, holders.get(g.index)) for g in rows]
-    view["ib_ports"] = [_port_view(p) for p in IBPort.objects.filter(node=node).order_by("hca", "port")]
+    port_rows = IBPort.objects.filter(node=node).order_by("hca", "port").values(*PORT_FIELDS, "previous_counters")
+    view["ib_ports"] = [_port_view(p) for p in port_rows]
     view["shards"] = node_shards(node)
     _put(view, "disks", node.disks)
     _put(view, "weights", node.weights)
@@ -127,7 +202,10 @@ def _node_view(
     domain = _node_domain(gpus, domains)
     _put(view, "nvlink_domain", domain)
     _put(view, "imex", node.imex_state or None)
-    _put(view, "imex_channels", _channels(node.imex_channels))
+    channels = _channels(node.imex_channels)
+    # The seeds' type is a count (Go's IMEXChannels int); the channels themselves sit beside it.
+    _put(view, "imex_channels", None if channels is None else len(channels))
+    _put(view, "imex_channel_ids", channels)
     return view
 
 
@@ -172,21 +250,41 @@ def _disk_space(view: dict, disks: list | None) -> None:
 
 
 def _liveness(view: dict, node: Node, now: datetime) -> None:
+    # Always present, as the seeds' ``ctl`` reads it: "" when the node was never heard from.
+    view["last_seen_ago"] = ""
     if node.last_seen is None:
         return
     age = max(0, int((now - node.last_seen).total_seconds()))
+    view["last_seen_ago"] = go_duration(age)
     view["last_seen"] = node.last_seen.isoformat()
     view["last_seen_seconds"] = age
     if isinstance(node.load, dict) and now - node.last_seen <= LOAD_FRESH:
         view["load"] = load_view(node.load, age)
 
 
+def go_duration(seconds: int) -> str:
+    """Whole seconds the way the seeds' Go ``time.Duration.String`` writes them: 0s, 45s, 3m5s, 26h0m1s."""
+    hours, rest = divmod(max(0, seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 def load_view(load: Mapping[str, Any], age_s: int) -> dict[str, Any]:
-    """The agent's load reading, only the figures it sent; ``memory_percent`` is used over total."""
+    """The agent's load reading, only the figures it sent; ``memory_percent`` is used over total.
+
+    The memory figures come in MB (llmgw's own names) and in bytes under the
+    seeds' names (``memory_used_bytes``, ``memory_total_bytes``), so a script
+    written for either reads them.
+    """
     out: dict[str, Any] = {"age_seconds": age_s}
-    for key in ("cpu_percent", "load1", "load5", "load15", "memory_used_mb", "memory_total_mb"):
+    for key in ("cpu_percent", "cpus", "load1", "load5", "load15", "memory_used_mb", "memory_total_mb"):
         if isinstance(load.get(key), int | float) and not isinstance(load.get(key), bool):
             out[key] = load[key]
+    for mb, seed in (("memory_used_mb", "memory_used_bytes"), ("memory_total_mb", "memory_total_bytes")):
+        if mb in out:
+            out[seed] = int(out[mb] * 2**20)
     if out.get("memory_total_mb") and "memory_used_mb" in out:
         out["memory_percent"] = round(out["memory_used_mb"] * 100 / out["memory_total_mb"], 1)
     return out
@@ -247,37 +345,40 @@ def _gpu_view(g: GPU, held_by: str | None) -> dict[str, Any]:
     return view
 
 
-def _port_view(p: IBPort) -> dict[str, Any]:
-    counters = p.counters if isinstance(p.counters, dict) else {}
-    view: dict[str, Any] = {
-        "hca": p.hca,
-        "port": p.port,
-        "state": p.state,
-        "active": "ACTIVE" in (p.state or "").upper(),
-    }
-    _put(view, "phys_state", p.phys_state or None)
-    _put(view, "rate_gbps", p.rate_gbps)
-    _put(view, "link_layer", p.link_layer or None)
-    _put(view, "fabric", p.fabric or None)
-    roce = (p.link_layer or "").lower() == "ethernet"
-    key = (f"roce:{p.network}" if p.network else None) if roce else (f"sm:{p.sm_guid}" if p.sm_guid else None)
+def _port_view(p: Mapping[str, Any]) -> dict[str, Any]:
+    """One port from a values() row of PORT_FIELDS; ``errors_rising`` too when the row has ``previous_counters``."""
+    counters = p["counters"] if isinstance(p["counters"], dict) else {}
+    state = p["state"]
+    view: dict[str, Any] = {"hca": p["hca"], "port": p["port"], "state": state, "active": "ACTIVE" in state.upper()}
+    _put(view, "phys_state", p["phys_state"] or None)
+    _put(view, "rate_gbps", _whole(p["rate_gbps"]))
+    _put(view, "link_layer", p["link_layer"] or None)
+    _put(view, "fabric", p["fabric"] or None)
+    roce = p["link_layer"].lower() == "ethernet"
+    network, sm_guid = p["network"], p["sm_guid"]
+    key = (f"roce:{network}" if network else None) if roce else (f"sm:{sm_guid}" if sm_guid else None)
     if key:
-        view["physical"] = describe_key(key, None if roce else p.sm_lid)
+        view["physical"] = describe_key(key, None if roce else p["sm_lid"])
         view["physical_id"] = fabric_id(key)
-    _put(view, "sm_error", p.sm_error or None)
-    errors = {k: int(v) for k, v in counters.items() if k in ERROR_COUNTERS and _positive(v)}
+    _put(view, "sm_error", p["sm_error"] or None)
+    errors = {k: int(counters[k]) for k in ERROR_COUNTERS if _positive(counters.get(k))}
     view["errors"] = errors
-    if isinstance(p.previous_counters, dict):
-        rising = {
-            k: int(v) - int(p.previous_counters[k])
+    previous = p.get("previous_counters")
+    if isinstance(previous, dict):
+        view["errors_rising"] = {
+            k: v - int(previous[k])
             for k, v in errors.items()
-            if _positive(p.previous_counters.get(k), zero=True) and int(v) > int(p.previous_counters[k])
+            if _positive(previous.get(k), zero=True) and v > int(previous[k])
         }
-        view["errors_rising"] = rising
     for name, key in (("tx_bytes", "port_xmit_data"), ("rx_bytes", "port_rcv_data")):
         if _positive(counters.get(key), zero=True):
             view[name] = int(counters[key])
     return view
+
+
+def _whole(rate: float | None) -> float | int | None:
+    """A rate as an int when it is one: the seeds' ``rate_gbps`` is a Go int, which cannot decode 400.0."""
+    return int(rate) if isinstance(rate, float) and rate.is_integer() else rate
 
 
 def _positive(value: Any, zero: bool = False) -> bool:

@@ -27,7 +27,7 @@ def models(client: Client, console: Console, args) -> object:
             f"{m['ready_replicas']}/{m['total_replicas']}",
             f"{m['min_replicas']}-{m['max_replicas']}",
             idle,
-            ", ".join(p["name"] for p in m["profiles"]),
+            ", ".join(m["profiles"]),
             ", ".join(m["aliases"]),
             " ".join(flags),
         )

@@ -35,7 +35,8 @@ def test_the_list_shows_scaling_profiles_and_replicas(operator, fleet):
         1,
         1,
     )
-    assert model["profiles"] == [
+    assert model["profiles"] == ["h100"]
+    assert model["profile_specs"] == [
         {"name": "h100", "engine": "vllm", "gpu_class": "h100-80g", "gpus": 1, "nodes": 1, "tp": 1, "pp": 1}
     ]
     assert not model["parked"] and not model["read_only"] and "idle_timeout_seconds" not in model

@@ -11,9 +11,51 @@ class LoadSerializer(s.Serializer):
     load1 = s.FloatField(required=False)
     load5 = s.FloatField(required=False)
     load15 = s.FloatField(required=False)
+    cpus = s.IntegerField(required=False)
     memory_used_mb = s.IntegerField(required=False)
     memory_total_mb = s.IntegerField(required=False)
+    memory_used_bytes = s.IntegerField(required=False, help_text="The seeds' name: memory_used_mb × 2**20.")
+    memory_total_bytes = s.IntegerField(required=False, help_text="The seeds' name: memory_total_mb × 2**20.")
     memory_percent = s.FloatField(required=False)
+
+
+class IBPortSerializer(s.Serializer):
+    hca = s.CharField()
+    port = s.IntegerField()
+    state = s.CharField()
+    active = s.BooleanField()
+    phys_state = s.CharField(required=False)
+    rate_gbps = s.FloatField(required=False)
+    link_layer = s.CharField(required=False)
+    fabric = s.CharField(required=False, help_text="The fabric name declared for its adapter.")
+    physical = s.CharField(required=False, help_text="The fabric it is physically on: its SM, or RoCE network.")
+    physical_id = s.CharField(required=False, help_text="For /api/v1/fabrics/{id}/topology.")
+    sm_error = s.CharField(required=False)
+    errors = s.DictField(child=s.IntegerField(), help_text="Error counters that are not zero.")
+    errors_rising = s.DictField(child=s.IntegerField(), required=False, help_text="Rise since the report before.")
+    tx_bytes = s.IntegerField(required=False)
+    rx_bytes = s.IntegerField(required=False)
+
+
+class GPUBriefSerializer(s.Serializer):
+    """One card in the node listing: the seeds' GPUView names (the node's own page gives more)."""
+
+    index = s.IntegerField(help_text="1000 + 100 × card + instance for a MIG instance.")
+    label = s.CharField(help_text="3 for a card, 3/mig2 for an instance.")
+    name = s.CharField()
+    class_ = s.CharField()
+    numa = s.IntegerField(required=False)
+    nvlink_peers = s.ListField(child=s.IntegerField(), required=False)
+    nearest_nic = s.CharField(required=False)
+    nic_path = s.CharField(required=False)
+    fabric_state = s.CharField(required=False)
+    domain = s.CharField(required=False)
+    bandwidth = s.CharField(required=False)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["class"] = fields.pop("class_")
+        return fields
 
 
 class NodeSerializer(s.Serializer):
@@ -42,11 +84,25 @@ class NodeSerializer(s.Serializer):
     disk_total_gb = s.IntegerField(required=False, help_text="Local model filesystems; shared ones left out.")
     disk_free_gb = s.IntegerField(required=False)
     last_seen = s.DateTimeField(required=False)
+    last_seen_ago = s.CharField(allow_blank=True, help_text='Like 45s or 3m5s (Go\'s duration); "": never seen.')
     last_seen_seconds = s.IntegerField(required=False)
     load = LoadSerializer(required=False, help_text="Absent when not measured in the last minute: unknown, not idle.")
     nvlink_domain = s.CharField(required=False, help_text="The multi-node NVLink domain every card has joined.")
     imex = s.CharField(required=False)
-    imex_channels = s.ListField(child=s.IntegerField(), required=False)
+    imex_channels = s.IntegerField(required=False, help_text="How many IMEX channels (the seeds' type).")
+    imex_channel_ids = s.ListField(child=s.IntegerField(), required=False, help_text="The IMEX channels.")
+    gpus = GPUBriefSerializer(many=True)
+    ib_ports = IBPortSerializer(many=True)
+
+
+class NodeListedSerializer(NodeSerializer):
+    """A node in the listing: every field of NodeSerializer, each present unless ``?fields=`` leaves it out."""
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for field in fields.values():
+            field.required = False
+        return fields
 
 
 class GPUSerializer(s.Serializer):
@@ -81,24 +137,6 @@ class GPUSerializer(s.Serializer):
         return fields
 
 
-class IBPortSerializer(s.Serializer):
-    hca = s.CharField()
-    port = s.IntegerField()
-    state = s.CharField()
-    active = s.BooleanField()
-    phys_state = s.CharField(required=False)
-    rate_gbps = s.FloatField(required=False)
-    link_layer = s.CharField(required=False)
-    fabric = s.CharField(required=False, help_text="The fabric name declared for its adapter.")
-    physical = s.CharField(required=False, help_text="The fabric it is physically on: its SM, or RoCE network.")
-    physical_id = s.CharField(required=False, help_text="For /api/v1/fabrics/{id}/topology.")
-    sm_error = s.CharField(required=False)
-    errors = s.DictField(child=s.IntegerField(), help_text="Error counters that are not zero.")
-    errors_rising = s.DictField(child=s.IntegerField(), required=False, help_text="Rise since the report before.")
-    tx_bytes = s.IntegerField(required=False)
-    rx_bytes = s.IntegerField(required=False)
-
-
 class NodeShardSerializer(s.Serializer):
     id = s.CharField()
     replica = s.CharField()
@@ -112,7 +150,6 @@ class NodeShardSerializer(s.Serializer):
 
 class NodeDetailSerializer(NodeSerializer):
     gpus = GPUSerializer(many=True)
-    ib_ports = IBPortSerializer(many=True)
     shards = NodeShardSerializer(many=True)
     problems = s.ListField(child=s.CharField(), help_text="What discovery could not read.")
     disks = s.ListField(child=s.JSONField(), required=False)

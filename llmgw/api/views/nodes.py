@@ -14,6 +14,7 @@ from llmgw.api.base import ApiView, Refused
 from llmgw.api.serializers.common import ERRORS, WRITE_ERRORS, ErrorSerializer
 from llmgw.api.serializers.nodes import (
     NodeDetailSerializer,
+    NodeListedSerializer,
     NodeLogsSerializer,
     NodeSerializer,
     NodeStateRequestSerializer,
@@ -27,10 +28,34 @@ def no_node(name: str) -> Refused:
     return Refused(404, f"no node named {name!r}; `llmgw ctl nodes` lists them")
 
 
+def listed_fields(asked: str | None) -> frozenset[str] | None:
+    """The ``?fields=`` of the node listing as a set of its top-level names; None (all of them) when not asked."""
+    if asked is None:
+        return None
+    names = frozenset(n.strip() for n in asked.split(",") if n.strip())
+    known = set(NodeSerializer().fields)
+    if unknown := sorted(names - known):
+        raise Refused(400, f"fields: a node has no field {unknown[0]!r}; it has {', '.join(sorted(known))}")
+    if not names:
+        raise Refused(400, "fields: name at least one field, e.g. ?fields=id,state,gpu_free")
+    return names
+
+
 class NodeListView(ApiView):
-    @extend_schema(operation_id="nodes", summary="Every node", responses={200: NodeSerializer(many=True), **ERRORS})
+    @extend_schema(
+        operation_id="nodes",
+        summary="Every node",
+        parameters=[
+            OpenApiParameter(
+                "fields",
+                OpenApiTypes.STR,
+                description="Comma-separated top-level fields to keep, e.g. id,state,gpu_free (default: all).",
+            )
+        ],
+        responses={200: NodeListedSerializer(many=True), **ERRORS},
+    )
     def get(self, request):
-        return Response(node_list())
+        return Response(node_list(fields=listed_fields(request.query_params.get("fields")), wiring=True))
 
 
 class NodeDetailView(ApiView):
