@@ -16,11 +16,11 @@ from pathlib import Path
 
 # One folder for everything a run writes (the data dir, pytest's tmp_path folders),
 # removed when the run ends so that a run leaves nothing in the temporary folder.
-# LLMGW_TEST_KEEP_TMP=1 keeps it for a look after a failure.
-_root: Path | None = None
-if "LLMGW_DATA_DIR" not in os.environ:
-    _root = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
-    os.environ["LLMGW_DATA_DIR"] = str(_root / "data")
+# LLMGW_TEST_KEEP_TMP=1 keeps it for a look after a failure. The data dir is always the
+# run's own: `make` exports LLMGW_DATA_DIR=./data for `make run`, and a test run must
+# neither read an operator's secrets there nor leave its own behind.
+_root = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
+os.environ["LLMGW_DATA_DIR"] = str(_root / "data")
 if not os.environ.get("LLMGW_TEST_SQLITE"):
     os.environ.setdefault(
         "LLMGW_DATABASE_URL",
@@ -33,10 +33,10 @@ os.environ.setdefault("LLMGW_GATEWAY_ADDR", "127.0.0.1:18080")
 
 
 def pytest_configure(config) -> None:
-    if _root is not None and config.option.basetemp is None:
+    if config.option.basetemp is None:
         config.option.basetemp = str(_root / "pytest")
 
 
 def pytest_unconfigure(config) -> None:
-    if _root is not None and not os.environ.get("LLMGW_TEST_KEEP_TMP"):
+    if not os.environ.get("LLMGW_TEST_KEEP_TMP"):
         shutil.rmtree(_root, ignore_errors=True)

@@ -19,7 +19,9 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "test_one.py").write_text("def test_writes(tmp_path):\n    (tmp_path / 'x').write_text('x')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    env.update(TMPDIR=str(tmp), LLMGW_TEST_SQLITE="1", PYTHONPATH=str(ROOT))
+    # As `make test` runs it: the Makefile exports LLMGW_DATA_DIR (./data) for `make run`.
+    operator_data = tmp_path / "data"
+    env.update(TMPDIR=str(tmp), LLMGW_TEST_SQLITE="1", PYTHONPATH=str(ROOT), LLMGW_DATA_DIR=str(operator_data))
     done = subprocess.run(
         [
             sys.executable,
@@ -44,3 +46,4 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in tmp.iterdir()) == []
+    assert not operator_data.exists()
