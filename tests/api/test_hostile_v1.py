@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from gateway.proxy import ENDPOINTS
 from tests.api.test_hostile_bodies import json_value, nested
-from tests.gateway import fake_engine
-from tests.gateway.fake_engine import EngineThread, FakeEngine, prompt_tokens
+from tests.gateway.fake_engine import Behaviour, EngineThread
 from tests.gateway.harness import call, key, model, new_app, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,25 +45,6 @@ raw_body = st.one_of(
 HELLO = {"model": SERVED, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
 
-class StrictEngine(FakeEngine):
-    """The fake engine, refusing (400) what vLLM's request schema would, instead of failing on it."""
-
-    async def _handle(self, method, path, raw, reader, writer) -> bool:
-        if path.startswith("/v1/") and (problem := _refused(raw)):
-            return self._json(writer, 400, {"error": {"message": problem}})
-        return await super()._handle(method, path, raw, reader, writer)
-
-
-def _refused(raw: bytes) -> str | None:
-    try:
-        body = json.loads(raw)
-        prompt_tokens(body)
-        (body.get("stream_options") or {}).get("include_usage")
-    except Exception as exc:  # noqa: BLE001 - any body the fake cannot read is one a real engine refuses
-        return f"the engine cannot read this request: {exc}"
-    return None
-
-
 class Loop:
     """An event loop on a thread, holding one gateway app across examples."""
 
@@ -85,8 +65,7 @@ class Loop:
 
 @pytest.fixture
 def gateway(transactional_db, monkeypatch):
-    monkeypatch.setattr(fake_engine, "FakeEngine", StrictEngine)
-    engine = EngineThread()
+    engine = EngineThread(Behaviour(refuse_unreadable=True))
     replica(model(SERVED, price=(1_000_000, 2_000_000)), engine.url)
     secret = key()
     running = Loop()

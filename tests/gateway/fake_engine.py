@@ -42,6 +42,9 @@ class Behaviour:
     text, the most any real tokenizer makes: a prompt in a script the tokenizer knows badly)."""
     honour_max_tokens: bool = False
     """Answer with at most ``max_tokens`` (or ``max_completion_tokens``) tokens, as real engines do."""
+    refuse_unreadable: bool = False
+    """Answer 400 with a message, as vLLM, SGLang and llama.cpp do, to a body this fake cannot read,
+    instead of dropping the connection (which a gateway would rightly report as the engine's failure)."""
 
 
 @dataclass
@@ -113,6 +116,8 @@ class FakeEngine:
             return self._json(writer, 200, {"object": "list", "data": [{"id": b.name, "object": "model"}]})
         if not path.startswith("/v1/"):
             return self._json(writer, 404, {"error": "not found"})
+        if b.refuse_unreadable and (why := unreadable(path, raw)):
+            return self._json(writer, 400, {"object": "error", "message": why, "type": "BadRequestError"})
         self.stats.requests += 1
         body = json.loads(raw)
         if self.stats.keep_bodies:
@@ -238,6 +243,28 @@ class FakeEngine:
         head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
         writer.write(head.encode() + data)
         return True
+
+
+def unreadable(path: str, raw: bytes) -> str | None:
+    """Why a real engine would refuse this body (and this fake fail on it), or None."""
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        return f"the body is not JSON: {exc}"
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    if path.endswith("/chat/completions"):
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return "messages must be a list of objects"
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return "stream_options must be an object"
+    try:
+        prompt_tokens(body)
+    except Exception as exc:  # noqa: BLE001 - whatever this fake would have died of is the refusal
+        return f"the engine cannot read this request: {type(exc).__name__}: {exc}"
+    return None
 
 
 class EngineThread:

@@ -20,7 +20,7 @@ import httpx
 
 from agent.protocol import report_digest
 from agent.simulator import fleet as F
-from tests.hostile.engine import EngineThread
+from tests.gateway.fake_engine import Behaviour, EngineThread
 from tests.hostile.live import HEARTBEAT_FLUSH_S, Database, Orm, Serve, Store
 from tests.hostile.probe import Owned, Prober
 
@@ -67,7 +67,9 @@ class Hostile:
         self.serve = Serve(self.root, self.db.url)
         self.serve.wait_ready()
         self.store = Store(self.db.url)
-        self.engine = EngineThread()
+        # Refusing (400) what a real engine would, so what the suite counts is the gateway's own doing.
+        self.engine = EngineThread(Behaviour(tokens=4, refuse_unreadable=True))
+        self.engine.engine.stats.keep_bodies = False
         self.admin = httpx.Client(
             base_url=f"http://{self.serve.admin}",
             headers={"Authorization": f"Bearer {self.serve.secret('admin-token')}"},
