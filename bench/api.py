@@ -113,7 +113,7 @@ def measure(requests: int) -> list[tuple[str, float, float, float, int]]:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
-    from llmgw.core.models import ApiToken
+    from core.models import ApiToken
 
     _, secret = ApiToken.issue(get_user_model().objects.create_user("bench"), "bench")
     client = APIClient()

@@ -119,8 +119,7 @@ def main() -> None:
     from django.utils import timezone
 
     from inventory.models import GPU
-    from llmgw import metrics
-    from llmgw.core import sweeps
+    from observability import metrics, sweeps
 
     print(f"fleet: {nodes} nodes, {GPU.objects.count()} GPUs")
     sweep = timed(lambda: sweeps.sweep(timezone.now()), 3)

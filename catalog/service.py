@@ -18,7 +18,7 @@ from django.db import transaction
 from catalog import rules
 from catalog.definitions import ModelSpec, parse_definition, spec_to_definition
 from catalog.models import Alias, CatalogModel, DeclaredIn, Fallback, Profile
-from llmgw.core.models import AuditEntry
+from core.models import AuditEntry
 
 
 class Unset:

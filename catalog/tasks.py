@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from catalog import loader
 from catalog.models import CatalogFile
-from llmgw.core.locks import exclusive
+from core.locks import exclusive
 
 LOCK = "catalog.tasks.load_catalog_file"
 

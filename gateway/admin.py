@@ -10,10 +10,10 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from core.models import AuditEntry
 from gateway import keys
 from gateway.budgets import spent_now
 from gateway.models import ApiKey, Budget, Lease, Organisation, Price, SetAsideUsage, Team, UsageHour, UsageRecord
-from llmgw.core.models import AuditEntry
 
 
 class NoCountPaginator(Paginator):

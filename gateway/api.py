@@ -1,9 +1,9 @@
 """Admin API for keys, budgets and usage (``/api/v1/keys|budgets|usage``), read by ``llmgw ctl``.
 
 Thin: every answer is built by gateway.reports, which the admin uses too.
-The views are the admin API's (llmgw.api.base): the same body limit, JSON
+The views are the admin API's (api.base): the same body limit, JSON
 reader, read-only rule and audit rows (actor, account, token) as the rest of
-it. Every field is checked against the column it lands in (llmgw.api.columns)
+it. Every field is checked against the column it lands in (api.columns)
 before anything is written, and each change is written with its audit row
 in one transaction.
 """
@@ -16,11 +16,11 @@ from django.db import transaction
 from django.urls import path
 from rest_framework.response import Response
 
+from api import columns
+from api.base import ApiView, Refused
 from catalog.models import CatalogModel
 from gateway import budgets, keys, reports
 from gateway.models import ApiKey, Budget, Organisation, Period, Scope, Team
-from llmgw.api import columns
-from llmgw.api.base import ApiView, Refused
 
 # Further back than any usage is kept, and well inside what a date can hold: a window
 # of a billion days is a typo, and subtracting it from now would overflow.

@@ -6,6 +6,6 @@ class GatewayConfig(AppConfig):
 
     def ready(self) -> None:
         from gateway import metrics
-        from llmgw.metrics import register_source
+        from observability.metrics import register_source
 
         register_source("gateway", metrics.collect)

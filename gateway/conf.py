@@ -1,7 +1,7 @@
 """The gateway's knobs, read from the environment once per process.
 
 Every one has a default that works on one machine. A value that is set but
-unusable raises ``llmgw.config.ConfigError`` naming the variable, like the
+unusable raises ``core.config.ConfigError`` naming the variable, like the
 rest of llmgw's configuration.
 """
 
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 
-from llmgw.config import ConfigError
+from core.config import ConfigError
 
 
 @dataclass(frozen=True)

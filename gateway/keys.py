@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.config import secret_from_env_or_file, write_private_file
 from gateway.models import ApiKey, Budget, Organisation, Team
-from llmgw.config import secret_from_env_or_file, write_private_file
 
 KEY_SECRET_FILE = "gateway-key-secret"
 KEY_PREFIX = "sk-llmgw-"

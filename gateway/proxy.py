@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
+from core import jsonbody
 from gateway import admission, budgets, conf, errors, router, shapes, tokens, upstream, usage
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.keys import Caller
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
-from llmgw import jsonbody
 
 log = logging.getLogger("llmgw.gateway")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from core.locks import exclusive
 from gateway import leases
-from llmgw.core.locks import exclusive
 
 REAP_LEASES = "gateway.tasks.reap_leases"
 

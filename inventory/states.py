@@ -14,8 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
+from core.models import AuditEntry
 from inventory.models import Node, NodeState
-from llmgw.core.models import AuditEntry
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import os
 from celery import shared_task
 from django.utils import timezone
 
+from core.locks import exclusive
 from dashboard import live
 from inventory import reachability
-from llmgw.core.locks import exclusive
 
 
 def _seconds(name: str, default: float) -> float:

@@ -11,9 +11,9 @@ from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 
+from agentapi import fast  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi import GatewayApp  # noqa: E402
-from llmgw.agentapi import fast  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
 

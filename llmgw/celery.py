@@ -13,19 +13,19 @@ from celery import Celery
 from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
-# The embedded broker's messages are written whole (see llmgw.core.broker).
-TRANSPORT_ALIASES["filesystem"] = "llmgw.core.broker:Transport"
+# The embedded broker's messages are written whole (see llmgw.broker).
+TRANSPORT_ALIASES["filesystem"] = "llmgw.broker:Transport"
 
 app = Celery("llmgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["llmgw.core", "inventory", "catalog", "placement", "dashboard", "gateway"])
+app.autodiscover_tasks(["observability", "inventory", "catalog", "placement", "dashboard", "gateway"])
 
 # name: (task, default period in seconds)
 PERIODIC: dict[str, tuple[str, float]] = {
-    "tick": ("llmgw.core.tasks.tick", 10.0),
+    "tick": ("observability.tasks.tick", 10.0),
     "reachability": ("inventory.tasks.check_reachability", 5.0),
     "plan_scans": ("inventory.tasks.plan_scans", 60.0),
-    "doctor": ("llmgw.core.tasks.doctor_sweep", 60.0),
+    "doctor": ("observability.tasks.doctor_sweep", 60.0),
     "reconcile": ("placement.tasks.reconcile", 5.0),
     "catalog_file": ("catalog.tasks.load_catalog_file", 5.0),
     "reap_leases": ("gateway.tasks.reap_leases", 60.0),

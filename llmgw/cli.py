@@ -32,7 +32,7 @@ def _configuration_error(exc) -> int:
 
 
 def django_main(argv: list[str]) -> int:
-    from llmgw import config
+    from core import config
 
     try:
         config.load()

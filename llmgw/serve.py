@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from llmgw import config
+from core import config
 from llmgw.children import die_with_parent
 from llmgw.gateway_server import GatewayProcesses, listen
 
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
 
     from django.core.management import call_command
 
-    from llmgw.core.bootstrap import first_start
+    from llmgw.bootstrap import first_start
 
     call_command("migrate", interactive=False, verbosity=0)
     boot = first_start(cfg.data_dir)

@@ -1,4 +1,4 @@
-"""Django settings, built from :mod:`llmgw.config` (the environment).
+"""Django settings, built from :mod:`core.config` (the environment).
 
 Nothing here is a fixed secret or a debug default: the secret key is generated
 once into the data dir, DEBUG is off unless LLMGW_DEBUG says otherwise.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from llmgw import config as llmgw_config
+from core import config as llmgw_config
 
 CONFIG = llmgw_config.load()
 
@@ -37,8 +37,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
-    "llmgw.core",
-    "llmgw.api",
+    "core",
+    "api",
+    "observability",
     "inventory",
     "catalog",
     "placement",
@@ -165,13 +166,13 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "llmgw.core.auth.BearerTokenAuthentication",
+        "core.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "llmgw.core.errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 

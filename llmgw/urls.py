@@ -5,8 +5,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from dashboard.static_files import static_file
-from llmgw.health import healthz
-from llmgw.metrics import metrics_view
+from observability.health import healthz
+from observability.metrics import metrics_view
 
 admin.site.site_header = "llmgw"
 admin.site.site_title = "llmgw"
@@ -17,9 +17,9 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("static/<path:path>", static_file, name="static"),
     path("admin/", admin.site.urls),
-    path("api/v1/agent/", include("llmgw.agentapi.urls")),
+    path("api/v1/agent/", include("agentapi.urls")),
     path("api/v1/", include("gateway.api")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
     # The admin API proper; after the agent endpoints and the schema, since it ends in a catch-all.
-    path("api/v1/", include("llmgw.api.urls")),
+    path("api/v1/", include("api.urls")),
 ]

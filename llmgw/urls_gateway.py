@@ -6,7 +6,7 @@ llmgw.asgi (see there for why); nothing else is reachable on this listener.
 
 from django.urls import path
 
-from llmgw.health import healthz
+from observability.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="gateway-healthz"),

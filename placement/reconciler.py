@@ -38,7 +38,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from llmgw.core.models import AuditEntry
+from core.models import AuditEntry
 from placement import snapshot as snap
 from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.scheduler import NewReplica, Plan, plan

@@ -59,7 +59,7 @@ class _Coalescer:
 def _send(why: str) -> None:
     from placement.tasks import reconcile
 
-    # The embedded broker too: its messages are written whole (llmgw.core.broker).
+    # The embedded broker too: its messages are written whole (llmgw.broker).
     try:
         reconcile.apply_async(expires=30)
     except Exception:

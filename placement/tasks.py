@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from llmgw.core.locks import exclusive
+from core.locks import exclusive
 from placement import reconciler
 
 LOCK = "placement.tasks.reconcile"

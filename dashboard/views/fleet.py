@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 
 from dashboard.views import common
 from inventory.views_data import node_list
-from llmgw.fleet_summary import summary
+from observability.fleet_summary import summary
 
 SOCKET = "/ws/console/fleet/"
 
@@ -16,7 +16,7 @@ SOCKET = "/ws/console/fleet/"
 def open_findings() -> list[dict] | None:
     """The doctor's open findings; None when the piece that sweeps for them is not installed."""
     try:
-        from llmgw.core.findings import open_findings as found
+        from observability.findings import open_findings as found
     except ImportError:
         return None
     return found()

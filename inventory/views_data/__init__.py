@@ -1,7 +1,7 @@
 """What the API and the console show of the inventory, built by the same functions for both.
 
 Each function returns plain JSON-able data; a key left out means unknown.
-The API's serializers (``llmgw/api/serializers``) describe every shape.
+The API's serializers (``api/serializers``) describe every shape.
 """
 
 from inventory.views_data.fabrics import fabrics_report, topology

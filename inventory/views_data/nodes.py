@@ -3,7 +3,7 @@
 Both call these functions, so the two can never disagree. Each returns plain
 JSON-able data. A key left out means *unknown* (the agent did not say), which
 is never the same as empty or zero; the API schema's serializers in
-``llmgw/api/serializers`` describe every shape here.
+``api/serializers`` describe every shape here.
 
 The listing reads a fixed number of queries whatever the fleet's size: nodes,
 their GPUs, and the shards that hold GPUs — never one query per node or GPU.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.core.bootstrap import issue_join_token
+from llmgw.bootstrap import issue_join_token
 from tests.agentapi.agenthttp import register
 from tests.agentapi.reports import report
 

@@ -14,9 +14,9 @@ import json
 import httpx
 import pytest
 
+from agentapi.desk import desk
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import IBPort
-from llmgw.agentapi.desk import desk
 from llmgw.asgi import application
 from tests.agentapi.agenthttp import post
 from tests.agentapi.reports import report

@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agentapi.desk import desk
 from inventory.models import Node
-from llmgw.agentapi.desk import desk
 from llmgw.asgi import application
-from llmgw.core.bootstrap import issue_join_token
+from llmgw.bootstrap import issue_join_token
 from tests.agentapi.reports import report
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 
 from dashboard import live
 from inventory.models import Node
-from llmgw.core.bootstrap import issue_join_token
+from llmgw.bootstrap import issue_join_token
 from tests.agentapi.reports import report
 
 pytestmark = pytest.mark.django_db(transaction=True)

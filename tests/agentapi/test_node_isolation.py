@@ -27,12 +27,12 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentapi.desk import desk
+from api.models import WeightCollection
 from inventory import scans
 from inventory.models import GPU, FabricScan, IBPort, Node, SubnetManagerChange
-from llmgw.agentapi.desk import desk
-from llmgw.api.models import WeightCollection
 from llmgw.asgi import application
-from llmgw.core.bootstrap import issue_join_token
+from llmgw.bootstrap import issue_join_token
 from placement.models import Replica, Shard
 from placement.reconciler import reconcile
 from tests.agentapi.reports import report as hand_built

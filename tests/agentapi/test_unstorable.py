@@ -14,8 +14,8 @@ import json
 import httpx
 import pytest
 
+from agentapi.desk import desk
 from inventory.models import Node
-from llmgw.agentapi.desk import desk
 from llmgw.asgi import application
 from tests.agentapi.agenthttp import post, register, snapshot
 from tests.agentapi.reports import gpu, report

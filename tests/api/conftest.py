@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from llmgw.core.models import ApiToken
+from core.models import ApiToken
 
 
 def client_with(token: str | None) -> APIClient:

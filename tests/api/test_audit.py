@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.models import AuditEntry, fit_audit_text
 from gateway.models import Team
-from llmgw.core.models import AuditEntry, fit_audit_text
 from tests.api.fleet import MODEL, add_model, ingest_fleet
 
 pytestmark = pytest.mark.django_db

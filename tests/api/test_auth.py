@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.core.models import ApiToken
+from core.models import ApiToken
 from tests.api.fleet import add_model, ingest_fleet
 
 pytestmark = pytest.mark.django_db

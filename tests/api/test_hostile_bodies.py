@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from api.base import JSON_BODY_LIMIT
+from core.models import ApiToken
 from gateway import keys
-from llmgw.api.base import JSON_BODY_LIMIT
-from llmgw.core.models import ApiToken
 from tests.api.fleet import MODEL, add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.models import CapacityMeasurement, CatalogModel
-from llmgw.core.models import AuditEntry
+from core.models import AuditEntry
 from tests.api.fleet import MODEL, add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db

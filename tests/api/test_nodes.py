@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
+from core.models import AuditEntry
 from inventory.models import IBPort, Node
-from llmgw.core.models import AuditEntry
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db

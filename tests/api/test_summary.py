@@ -140,8 +140,8 @@ def test_a_bigger_fleet_takes_no_more_queries(operator, fleet, path, django_asse
 def test_counting_in_the_database_matches_counting_row_by_row(fleet):
     """The PostgreSQL path (large fleets) and the row-by-row path must give the same summary."""
     from inventory.models import GPU
-    from llmgw import fleet_sql
-    from llmgw.fleet_summary import summary
+    from observability import fleet_sql
+    from observability.fleet_summary import summary
 
     if not fleet_sql.available():
         pytest.skip("the database path needs PostgreSQL")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from api.base import ACTOR_MAX, JSON_BODY_LIMIT
+from core.models import AuditEntry
 from gateway import keys
 from gateway.budgets import MAX_MICROS
 from gateway.models import ApiKey, Budget, Organisation, Team
-from llmgw.api.base import ACTOR_MAX, JSON_BODY_LIMIT
-from llmgw.core.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from api.models import WeightCollection
 from catalog.views_data import source_refers_to
+from core.models import AuditEntry
 from inventory.models import Node
-from llmgw.api.models import WeightCollection
-from llmgw.core.models import AuditEntry
 from tests.api.fleet import add_model, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +115,7 @@ def old_refers_again(how: str) -> None:
 
 
 def handed_out(node: str) -> list[str]:
-    from llmgw.agentapi.desk import desk
+    from agentapi.desk import desk
 
     desk.refresh_shards()
     return desk.collections.get(node, [])

@@ -8,8 +8,8 @@ import pytest
 
 from catalog import service
 from catalog.models import CatalogModel, DeclaredIn, Profile
+from core.models import AuditEntry
 from inventory.models import GPU, Node
-from llmgw.core.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from llmgw.core.bootstrap import first_start
+from llmgw.bootstrap import first_start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

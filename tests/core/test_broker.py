@@ -8,8 +8,8 @@ from queue import Empty
 import pytest
 from kombu import Connection
 
-import llmgw.celery  # noqa: F401 - points filesystem:// at llmgw.core.broker
-from llmgw.core import broker
+import llmgw.celery  # noqa: F401 - points filesystem:// at llmgw.broker
+from llmgw import broker
 
 
 def connection(folder) -> Connection:

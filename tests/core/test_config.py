@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from llmgw import config
+from core import config
 
 
 def load(tmp_path, **env):

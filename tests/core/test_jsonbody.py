@@ -1,4 +1,4 @@
-"""The one JSON body reader every listener uses (llmgw/jsonbody.py)."""
+"""The one JSON body reader every listener uses (core/jsonbody.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw import jsonbody
+from core import jsonbody
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

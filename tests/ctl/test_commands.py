@@ -7,8 +7,8 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 
+from core.models import ApiToken, AuditEntry
 from inventory.models import Node
-from llmgw.core.models import ApiToken, AuditEntry
 from placement.models import Shard
 from tests.api.fleet import add_model, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run

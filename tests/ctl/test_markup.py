@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from agent.simulator import fleet as F
 from catalog.models import CapacityMeasurement
+from core.models import ApiToken
 from gateway import keys
 from gateway.models import Budget
 from inventory.models import Node
-from llmgw.core.models import ApiToken
 from placement.models import Replica
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.ctl.transport import run

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 
-from llmgw.core.models import ApiToken
+from core.models import ApiToken
 from tests.ctl.transport import DjangoTransport, run
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
+from core.models import AuditEntry
 from inventory.models import Node, NVLinkDomain
 from inventory.scans import record_scan
-from llmgw.core.models import AuditEntry
 from placement.models import PlacementExplanation
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 

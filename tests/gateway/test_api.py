@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core.models import ApiToken, AuditEntry
 from gateway import keys, reports
 from gateway.models import ApiKey, Budget, UsageHour, UsageRecord
-from llmgw.core.models import ApiToken, AuditEntry
 
 pytestmark = pytest.mark.django_db
 

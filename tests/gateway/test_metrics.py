@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.models import ApiToken
 from gateway.models import ApiKey, Organisation, Team, UsageHour, UsageRecord
-from llmgw.core.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 

@@ -20,11 +20,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from core.models import ApiToken
 from gateway import keys
 from gateway.models import ApiKey, Budget, Lease, UsageRecord
 from gateway.tasks import reap_leases
 from llmgw.celery import beat_schedule
-from llmgw.core.models import ApiToken
 from tests.core.test_serve import Server, descendants
 from tests.gateway.harness import key, model, replica
 

@@ -58,10 +58,10 @@ def setup(a: str, b: str, engine_url: str) -> dict[str, Any]:
 
     Answers the ids the agents' heartbeats name, and the gateway key's secret.
     """
+    from api.models import WeightCollection
     from catalog import service
     from gateway import keys
     from gateway.models import ApiKey, Budget, Price
-    from llmgw.api.models import WeightCollection
     from placement.models import Replica
 
     fleet = service.add_model(FLEET_MODEL, actor="hostile")

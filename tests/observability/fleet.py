@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.simulator.fleet import SimNode, build_fleet
 from inventory.ingest import ingest_report
 from inventory.models import Node
-from llmgw.metrics import FleetCollector
+from observability.metrics import FleetCollector
 
 
 def ingest_fleet(spec: str, now: datetime) -> dict[str, SimNode]:

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from llmgw.core.models import ApiToken
+from core.models import ApiToken
 from tests.observability.fleet import Scrape, ingest_fleet
 
 pytestmark = pytest.mark.django_db

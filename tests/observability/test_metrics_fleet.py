@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from agent.simulator import fleet as F
 from catalog.models import CatalogModel, Profile
+from core.models import Finding
 from inventory.models import Node
-from llmgw import metrics
-from llmgw.core.models import Finding
+from observability import metrics
 from placement.models import Replica, Shard
 from tests.observability.fleet import Scrape, ingest_fleet, report_again, scrape_fleet
 
@@ -194,7 +194,7 @@ class FakeTask:
 
 def run_task(retval=None, *, observes_itself: bool = False, name: str = "placement.tasks.reconcile") -> None:
     """The Celery signals of one task run, as the worker sends them."""
-    from llmgw.core import tasks
+    from observability import tasks
 
     task = FakeTask()
     task.name = name
@@ -211,7 +211,7 @@ def test_each_reconcile_task_run_is_timed_once():
     assert scrape_fleet(NOW).value("llmgw_reconcile_seconds_count") == 1, "a skipped run reconciled nothing"
     run_task({"placed": 0}, observes_itself=True)
     assert scrape_fleet(NOW).value("llmgw_reconcile_seconds_count") == 2, "not counted twice"
-    run_task(name="llmgw.core.tasks.tick")
+    run_task(name="observability.tasks.tick")
     assert scrape_fleet(NOW).value("llmgw_reconcile_seconds_count") == 2
 
 

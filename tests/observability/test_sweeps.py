@@ -11,13 +11,13 @@ from django.utils import timezone
 
 from agent.simulator import fleet as F
 from catalog.models import CatalogModel
+from core.locks import exclusive
+from core.models import Finding
 from inventory.models import Node
 from llmgw.celery import beat_schedule
-from llmgw.core import sweeps
-from llmgw.core.findings import open_findings
-from llmgw.core.locks import exclusive
-from llmgw.core.models import Finding
-from llmgw.core.tasks import DOCTOR_SWEEP_TASK, doctor_sweep
+from observability import sweeps
+from observability.findings import open_findings
+from observability.tasks import DOCTOR_SWEEP_TASK, doctor_sweep
 from tests.observability.fleet import ingest_fleet, report_again
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.test import APIClient
 
+from core.models import ApiToken
 from inventory.models import Node
-from llmgw.core.models import ApiToken
 from placement import assignments
 from placement.models import Replica
 from tests.api.fleet import add_model, ingest_fleet, place

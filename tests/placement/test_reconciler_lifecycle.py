@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from catalog import service
 from catalog.models import CatalogModel
+from core.locks import exclusive
 from inventory.models import Node
-from llmgw.core.locks import exclusive
 from placement import assignments, demand, tasks
 from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.reconciler import reconcile

@@ -1,0 +1,244 @@
+"""Agent endpoints. Plain Django views, not DRF: the heartbeat is the hottest path in
+the system, and it needs nothing from a framework but JSON in and out.
+
+Every refusal is ``{"error": "<sentence>"}`` with a 4xx status, and nothing
+stored changes: validation happens before the transaction that writes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.http import JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
+from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
+from agentapi.desk import desk
+from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
+from api import weight_collection
+from catalog import rules
+from core import jsonbody
+from core.tokens import hash_token, new_token
+from dashboard import live
+from inventory import ingest, scans
+from inventory.bounds import report_bounds
+from inventory.models import Node
+from inventory.report_schema import heartbeat_problems, report_problems, unstorable
+from placement import assignments
+
+log = logging.getLogger(__name__)
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def check_length(request, limit: int) -> None:
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > limit:
+        raise Refused(413, too_large(int(length), limit))
+
+
+def read_json(request, limit: int):
+    """The body as JSON, refusing what is too large before reading it all."""
+    check_length(request, limit)
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise Refused(413, too_large(None, limit))
+    try:
+        return jsonbody.loads(body or b"null")
+    except jsonbody.BodyError as exc:
+        raise Refused(400, str(exc)) from None
+
+
+def refusals(view):
+    def wrapped(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except Refused as refused:
+            return error(refused.status, refused.message)
+
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return csrf_exempt(require_POST(wrapped))
+
+
+def check_report(report, node: Node | None = None) -> None:
+    """Refuse a report the columns cannot hold; a registered node keeps why, for operators to see."""
+    problems = report_problems(report, report_bounds())
+    if problems:
+        message = "the report was not stored: " + "; ".join(problems)
+        if node is not None:
+            note_report_error(node, message)
+        raise Refused(400, message)
+
+
+def note_report_error(node: Node, message: str) -> None:
+    """Keep (or clear, with "") why the node's last report was refused: it shows on the node's page and in the API."""
+    kept = message[: Node._meta.get_field("report_error").max_length]
+    if node.report_error != kept:
+        Node.objects.filter(pk=node.pk).update(report_error=kept)
+        node.report_error = kept
+
+
+def publish_changes(node: Node, result: ingest.IngestResult) -> None:
+    if not result.changed:
+        return
+    update = live.Update(
+        kind="node.report",
+        subject=node.name,
+        data={
+            "node": node.pk,
+            "fields": result.node_fields,
+            "gpus_added": result.gpus_added,
+            "gpus_updated": result.gpus_updated,
+            "gpus_removed": result.gpus_removed,
+            "ports": result.ports_changed,
+            "domain_moves": result.domain_moves,
+        },
+    )
+    groups = [live.fleet_group(), live.node_group(node.pk)]
+    from inventory.models import NVLinkDomain
+
+    keys = {k for _, a, b in result.domain_moves for k in (a, b) if k}
+    for domain in NVLinkDomain.objects.filter(cluster_uuid__in={k.split("/")[0] for k in keys}):
+        if domain.key in keys:
+            groups.append(live.domain_group(domain.pk))
+    transaction.on_commit(lambda: live.publish(groups, update))
+
+
+@refusals
+def register(request):
+    """Register a node with a join token; answers its own credential, shown this once.
+
+    The same machine (same ``machine_id``) registering again under its name
+    keeps its identity and gets a fresh credential; another machine claiming
+    a registered name is refused.
+    """
+    check_join_token(bearer(request))
+    body = read_json(request, REPORT_LIMIT)
+    if not isinstance(body, dict):
+        raise Refused(400, "the registration must be a JSON object with at least a name")
+    problems: list[str] = []
+    unstorable({k: v for k, v in body.items() if k != "report"}, "registration", problems)
+    if problems:
+        raise Refused(400, "the registration was not stored: " + "; ".join(problems))
+    name = body.get("name")
+    if not isinstance(name, str) or rules.name_problem("node name", name):
+        raise Refused(400, rules.name_problem("node name", str(name)) or "name must be a string")
+    machine_id = body.get("machine_id") or ""
+    if not isinstance(machine_id, str) or len(machine_id) > 64:
+        raise Refused(400, "machine_id must be a string of at most 64 characters")
+    report = body.get("report")
+    if report is not None:
+        check_report(report)
+    secret = new_token("llmgw_node")
+    now = timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is not None and (not machine_id or node.machine_id != machine_id):
+            raise Refused(
+                409,
+                f"a different machine is registered as {name!r}; choose another name, or "
+                "delete that node in the admin if it is gone",
+            )
+        created = node is None
+        if created:
+            try:
+                with transaction.atomic():
+                    node = Node.objects.create(
+                        name=name, machine_id=machine_id, last_seen=now, credential_digest=hash_token(secret)
+                    )
+            except IntegrityError:
+                raise Refused(409, f"{name!r} was registered at the same moment by another request") from None
+        else:
+            node.credential_digest = hash_token(secret)
+            node.last_seen = now
+            node.save(update_fields=["credential_digest", "last_seen"])
+        if report is not None:
+            publish_changes(node, ingest.ingest_report(node, report, now))
+            note_report_error(node, "")
+    desk.remember(node)
+    if created:
+        transaction.on_commit(
+            lambda: live.publish(
+                [live.fleet_group()], live.Update(kind="node.registered", subject=name, data={"node": node.pk})
+            )
+        )
+    return JsonResponse(
+        {
+            "node": name,
+            "credential": secret,
+            "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
+            "report_interval_s": REPORT_INTERVAL_S,
+        },
+        status=201 if created else 200,
+    )
+
+
+@refusals
+def report(request):
+    """A full discovery report from a registered node."""
+    node = node_for_credential(bearer(request))
+    body = read_json(request, REPORT_LIMIT)
+    check_report(body, node)
+    now = timezone.now()
+    result = ingest.ingest_report(node, body, now)
+    note_report_error(node, "")
+    desk.remember(node)
+    if not result.unchanged:
+        publish_changes(node, result)
+    answer = {"unchanged": result.unchanged, "changed": result.changed, "shards": assignments.for_node(node.pk)}
+    scan = scans.scan_for(node, now)
+    if scan:
+        answer["scan"] = scan
+    return JsonResponse(answer)
+
+
+@refusals
+def scan(request):
+    """A topology scan's output (or why it failed) from the node that was asked to run it."""
+    node = node_for_credential(bearer(request))
+    body = read_json(request, scans.SCAN_LIMIT)
+    try:
+        record = scans.accept_upload(node, body, timezone.now())
+    except scans.UploadRefused as refused:
+        raise Refused(refused.status, refused.message) from None
+    return JsonResponse({"fabric": record.fabric_key, "kept": not record.error, "error": record.error or None})
+
+
+@refusals
+def heartbeat(request):
+    """A light heartbeat; answers the shards to run and whether a full report is wanted.
+
+    The same checks and answers as the fast lane (fast.py), which serves this
+    path under ``llmgw serve``; here the beat is written at once rather than
+    at the next flush, and the shard list is read fresh.
+    """
+    check_length(request, HEARTBEAT_LIMIT)
+    secret = bearer(request)
+    body = read_json(request, HEARTBEAT_LIMIT)
+    problems = heartbeat_problems(body)
+    if problems:
+        raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
+    ref = desk.lookup(secret)
+    if ref is None:
+        raise Refused(401, REVOKED)
+    answer = desk.accept(ref, body, timezone.now())
+    for pk, name in desk.flush().came_back:
+        live.publish(
+            [live.fleet_group(), live.node_group(pk)],
+            live.Update(kind="node.reachable", subject=name, data={"node": pk}),
+        )
+    answer["shards"] = assignments.for_node(ref.pk)
+    # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
+    collect = weight_collection.pending_for(ref.name)
+    if collect:
+        answer["collect"] = collect
+    else:
+        answer.pop("collect", None)
+    return JsonResponse(answer)

@@ -1,0 +1,162 @@
+"""What every admin API view shares: who may call it, how bodies are read, who made a change.
+
+- Authentication is the project's (a bearer token, or an admin session).
+  Nothing here answers without one.
+- A read-only token may only read (GET, HEAD, OPTIONS).
+- A JSON body is at most 1 MiB (413 past it), must be valid JSON nested at
+  most 64 levels (400; read by core.jsonbody, the reader every listener
+  shares) and may not carry strings the store cannot hold (a NUL, a lone
+  surrogate): a client must never be able to provoke a 500.
+- Every change is written to the audit log with its actor: ``X-Llmgw-Actor``
+  when the caller names one (ctl sends the operator's login), else the
+  token owner's username; the entry also names the account and token behind
+  it. The header is checked before the view runs, so a header the log cannot
+  hold is refused before anything is written, never after.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rest_framework import exceptions, permissions
+from rest_framework.parsers import JSONParser
+from rest_framework.views import APIView
+
+from core import jsonbody
+from core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_text
+
+JSON_BODY_LIMIT = 1024 * 1024
+ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
+
+__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "unstorable"]
+
+
+class Refused(exceptions.APIException):
+    """A refusal with its status and the sentence that says what to fix."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status_code = status
+        super().__init__(detail=message)
+
+
+class TooLarge(Refused):
+    def __init__(self, size: int | None = None) -> None:
+        got = f"the body is {size} bytes" if size is not None else "the body is too large"
+        super().__init__(413, f"{got}; at most {JSON_BODY_LIMIT} bytes (1 MiB) of JSON are accepted here")
+
+
+class OperatorOrReadOnly(permissions.BasePermission):
+    """Any authenticated caller may read; only a token that is not read-only may change anything."""
+
+    message = "this token is read-only: it may read (GET) but not change anything; use an operator's token"
+
+    def has_permission(self, request, view) -> bool:
+        if request.user is None or not request.user.is_authenticated:
+            return False
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        return not (isinstance(request.auth, ApiToken) and request.auth.read_only)
+
+
+class LimitedJSONParser(JSONParser):
+    """JSON of at most 1 MiB, with nothing in it the database would refuse."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        request = (parser_context or {}).get("request")
+        length = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if length and str(length).isdigit() and int(length) > JSON_BODY_LIMIT:
+            raise TooLarge(int(length))
+        raw = stream.read(JSON_BODY_LIMIT + 1) if stream is not None else b""
+        if len(raw) > JSON_BODY_LIMIT:
+            raise TooLarge()
+        try:
+            data = jsonbody.loads(raw) if raw.strip() else {}
+        except jsonbody.BodyError as exc:
+            raise Refused(400, str(exc)) from None
+        if problem := unstorable(data):
+            raise Refused(400, problem)
+        return data
+
+
+def unstorable(value: Any, where: str = "the body") -> str | None:
+    """Why a value cannot be stored (NUL characters, lone surrogates, NaN or infinity), or None.
+
+    Walked with a stack rather than recursion: a body may nest as deep as the
+    JSON reader allows, and the walk must not be what fails on it.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return f"{where} contains a NUL character, which no name, path or setting may hold"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid text"
+        elif isinstance(item, float) and not math.isfinite(item):
+            # Python's reader accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) has neither.
+            return f"{where} contains NaN or Infinity, which is not a JSON number; send a finite number"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+class ApiView(APIView):
+    """The base of every admin API view."""
+
+    permission_classes = [OperatorOrReadOnly]
+    parser_classes = [LimitedJSONParser]
+
+    def dispatch(self, request, *args, **kwargs):
+        # Every audit row written while this request is served — by the view, the
+        # catalog's service, node states — names the account and token behind it.
+        with audited_as({}) as self._who:
+            return super().dispatch(request, *args, **kwargs)
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self._who.update(self.caller(request))
+        if request.method not in permissions.SAFE_METHODS:
+            # Read now, whether or not the view uses it: a body this base refuses (too large,
+            # too deep, not JSON) is refused on every write endpoint alike, before any change.
+            request.data  # noqa: B018
+        # Path and query text reaches database queries; refuse what PostgreSQL would fail on.
+        for name, value in [*kwargs.items(), *request.query_params.items()]:
+            if problem := unstorable(value, f"{name!r}"):
+                raise Refused(400, problem)
+        if problem := unstorable(request.META.get(ACTOR_HEADER, ""), "the X-Llmgw-Actor header"):
+            raise Refused(400, problem)
+
+    def body(self, request) -> dict[str, Any]:
+        """The JSON body, which must be an object."""
+        data = request.data
+        if not isinstance(data, dict):
+            raise Refused(400, f"the body must be a JSON object, not {type(data).__name__}")
+        return data
+
+    @staticmethod
+    def actor(request) -> str:
+        """Who made a change: the X-Llmgw-Actor header when sent, else the token owner's username.
+
+        Fitted by the audit log's one rule (one line, at most ACTOR_MAX characters), so what a
+        view records elsewhere (``measured_by``, ``requested_by``) is what the log says.
+        """
+        named = fit_audit_text(request.META.get(ACTOR_HEADER, ""), ACTOR_MAX)
+        return named or request.user.get_username()
+
+    @staticmethod
+    def caller(request) -> dict[str, str]:
+        """The account and token behind a request, as every audit row of the API records them."""
+        who = {"via": "api", "user": request.user.get_username()}
+        if isinstance(request.auth, ApiToken):
+            who["token"] = request.auth.hint
+        return who
+
+    def audit(self, request, action: str, target: str, **detail: Any) -> AuditEntry:
+        """Write one change to the audit log, with the account and token behind it."""
+        return AuditEntry.record(self.actor(request), action, target, detail)

@@ -1,0 +1,32 @@
+"""The fleet at a glance, and what the API does with a path it does not know."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from api.base import ApiView, Refused
+from api.serializers.common import ERRORS
+from api.serializers.fleet import SummarySerializer
+from observability import fleet_summary
+
+
+class SummaryView(ApiView):
+    @extend_schema(
+        operation_id="summary",
+        summary="The whole fleet in one answer",
+        responses={200: SummarySerializer, **ERRORS},
+    )
+    def get(self, request):
+        return Response(fleet_summary.summary())
+
+
+class NotFoundView(ApiView):
+    """Any other path under /api/v1/: a JSON sentence rather than an HTML page, and only for a caller with a token."""
+
+    schema = None
+
+    def handle(self, request, *args, **kwargs):
+        raise Refused(404, f"there is no {request.path} in the admin API; its endpoints are listed at /api/v1/schema")
+
+    get = post = put = patch = delete = handle

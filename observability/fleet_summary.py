@@ -1,0 +1,185 @@
+"""The whole fleet in one answer: ``GET /api/v1/summary``, ``ctl status`` and the console's front page.
+
+A per-node table is the right tool for four nodes and the wrong one for two
+thousand: the questions that matter at that size — how full am I, what is
+broken, what holds cards it is not using — are aggregates. Everything here is
+derived from the same functions the tables use (``node_list``,
+``replica_list``, ``model_list``), so it can never disagree with them — or,
+on PostgreSQL, counted in the database by the same rules (``fleet_sql``),
+which a test holds equal to the row-by-row count.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from django.utils import timezone
+
+from catalog.views_data import model_list
+from inventory.views_data import node_list
+from observability import fleet_sql
+from placement.views_data import replica_list
+
+# How long a ready replica must go unasked-for to be named. Minutes, not
+# seconds: one that flaps in and out of the list is noise, and unloading a
+# replica throws away the KV cache prefix routing worked to fill.
+IDLE_THRESHOLD = timedelta(minutes=10)
+
+PATRONI_TIMEOUT_S = 1.0
+
+
+def summary(now: datetime | None = None, *, in_database: bool | None = None) -> dict[str, Any]:
+    """The summary; counted in the database on PostgreSQL (see ``fleet_sql``), row by row elsewhere."""
+    now = now or timezone.now()
+    if in_database if in_database is not None else fleet_sql.available():
+        classes, per_node = fleet_sql.device_counts()
+        out: dict[str, Any] = {
+            "nodes": fleet_sql.node_totals(),
+            "gpus": classes,
+            "fabrics": fleet_sql.fabrics(per_node),
+            "replicas": fleet_sql.replica_totals(),
+            "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
+        }
+    else:
+        nodes, replicas = node_list(now), replica_list(now=now)
+        out = {
+            "nodes": _node_totals(nodes),
+            "gpus": _classes(nodes),
+            "fabrics": _fabrics(nodes),
+            "replicas": _replica_totals(replicas),
+            "idle_replicas": _idle(replicas),
+        }
+    out.update(_model_totals(model_list()))
+    store = store_members()
+    if store is not None:
+        out.update(store)
+    return out
+
+
+def _node_totals(nodes: list[dict]) -> dict[str, int]:
+    """By the states that need different responses; an unreachable node counts there whatever its state."""
+    totals = {"total": len(nodes), "ready": 0, "cordoned": 0, "draining": 0, "unreachable": 0}
+    for n in nodes:
+        totals["unreachable" if not n["reachable"] else n["state"]] += 1
+    return totals
+
+
+def _classes(nodes: list[dict]) -> list[dict[str, Any]]:
+    """Devices by class (MIG instances by their own class); unhealthy ones are neither used nor free."""
+    by_class: dict[str, dict[str, Any]] = {}
+    for n in nodes:
+        for c in n["devices"]:
+            u = by_class.setdefault(
+                c["class"], {"class": c["class"], "total": 0, "used": 0, "free": 0, "unhealthy": 0, "held": 0}
+            )
+            for key in ("total", "used", "unhealthy", "held"):
+                u[key] += c[key]
+            # Capacity on an unreachable or cordoned node is not capacity.
+            if n["reachable"] and n["state"] == "ready":
+                u["free"] += c["free"]
+    return [by_class[k] for k in sorted(by_class)]
+
+
+def _fabrics(nodes: list[dict]) -> list[dict[str, Any]]:
+    """Per declared fabric: nodes, how many hold weights and of how many models, the largest free block.
+
+    Per fabric because that is where the answer is actionable: a multi-node
+    replica never spans two, and weights seeded into one fabric are not
+    weights in another.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    models: dict[str, set[str]] = defaultdict(set)
+    for n in nodes:
+        for f in n.get("fabrics", []):
+            u = out.setdefault(f, {"fabric": f, "nodes": 0, "nodes_with_weights": 0, "largest_free_block": 0})
+            u["nodes"] += 1
+            if n.get("models_on_disk"):
+                u["nodes_with_weights"] += 1
+                models[f].update(n["models_on_disk"])
+            # Entirely free, which is what a multi-node replica needs.
+            if n["reachable"] and n["state"] == "ready" and n["gpu_total"] and n["gpu_free"] == n["gpu_total"]:
+                u["largest_free_block"] += 1
+    for f, u in out.items():
+        u["models_present"] = len(models[f])
+    return [out[k] for k in sorted(out)]
+
+
+def _replica_totals(replicas: list[dict]) -> dict[str, int]:
+    totals = {"total": len(replicas), "ready": 0, "starting": 0, "stopping": 0, "failed": 0, "fetching": 0, "stale": 0}
+    for r in replicas:
+        totals["starting" if r["state"] == "pending" else r["state"]] += 1
+        if any("fetch" in s for s in r["shards"]):
+            totals["fetching"] += 1
+        if r["stale"]:
+            totals["stale"] += 1
+    return totals
+
+
+def _idle(replicas: list[dict]) -> list[dict[str, Any]]:
+    """Ready replicas nothing asked for in a while: with more models than GPUs, the first place to find room."""
+    idle = [
+        {"id": r["id"], "model": r["model"], "idle_seconds": r["idle_seconds"], "gpus": r["gpus"]}
+        for r in replicas
+        if r["state"] == "ready" and r["idle_seconds"] >= IDLE_THRESHOLD.total_seconds()
+    ]
+    return sorted(idle, key=lambda r: -r["idle_seconds"])
+
+
+def _model_totals(models: list[dict]) -> dict[str, Any]:
+    """Satisfied or short; the short ones that cannot be placed named, and the parked ones with their error.
+
+    Against what the scheduler last said as well as the minimum: an on-demand
+    model's minimum is 0, so one that was asked for and fits nowhere would
+    otherwise count as satisfied.
+    """
+    totals = {"total": len(models), "satisfied": 0, "short": 0}
+    unplaceable, parked = [], []
+    for m in models:
+        if m["parked"]:
+            parked.append({"model": m["name"], "failures": m.get("failures", 0), "reason": m.get("parked_error", "")})
+        short = m["parked"] or m["unplaceable"] or m["ready_replicas"] < m["min_replicas"]
+        if not short:
+            totals["satisfied"] += 1
+            continue
+        totals["short"] += 1
+        # Short and unable to place more is the actionable case; short and
+        # still starting is a cluster doing its job.
+        if m["unplaceable"] or (not m["parked"] and m["total_replicas"] < m["min_replicas"]):
+            unplaceable.append(m["name"])
+    return {"models": totals, "unplaceable": sorted(unplaceable), "parked": parked}
+
+
+def store_members() -> dict[str, Any] | None:
+    """The members of a replicated PostgreSQL, from Patroni's REST API; None when none is configured.
+
+    ``lag`` is bytes behind the leader: 0 for the leader, -1 when Patroni
+    does not know. When Patroni cannot be read, ``store_error`` says why and
+    the rest of the summary is still answered.
+    """
+    url = os.environ.get("LLMGW_PATRONI_URL", "").strip()
+    if not url:
+        return None
+    try:
+        answer = httpx.get(url.rstrip("/") + "/cluster", timeout=PATRONI_TIMEOUT_S)
+        answer.raise_for_status()
+        members = answer.json().get("members", [])
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        return {"store": [], "store_error": f"Patroni at {url} could not be read: {exc}"}
+    return {"store": [_member(m) for m in members if isinstance(m, dict)]}
+
+
+def _member(m: dict) -> dict[str, Any]:
+    lag = m.get("lag")
+    if m.get("role") in ("leader", "master", "standby_leader"):
+        lag = 0
+    return {
+        "name": str(m.get("name", "")),
+        "host": str(m.get("host", "")),
+        "role": str(m.get("role", "")),
+        "state": str(m.get("state", "")),
+        "lag": lag if isinstance(lag, int) and not isinstance(lag, bool) else -1,
+    }

@@ -1,0 +1,290 @@
+"""``/metrics`` on the admin listener: this process's own figures and the fleet's, for Prometheus.
+
+Two registries go out in one answer:
+
+- prometheus_client's default registry: what django-prometheus measures in
+  this process (requests, responses, latency, database queries), plus the
+  Python process collectors;
+- the fleet, computed from the inventory at scrape time by :class:`FleetCollector`
+  in a fixed number of queries, whatever the size of the fleet (no query per
+  node or GPU).
+
+Label values are bounded: node, GPU and model names, classes and states —
+never request ids or free text — so the number of series follows the fleet,
+not the traffic.
+
+A scraper authenticates with a bearer API token: an operator's, or a
+read-only one issued for it (``ApiToken.read_only``). Anything else is 401.
+
+Extension point for the gateway: :func:`register_source` adds a function
+yielding metric families (requests, tokens, latency) to every scrape. Like
+the reconcile histogram, figures summed across processes must be stored
+outside process memory (the database or Redis), because any process may
+answer the scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+from rest_framework import exceptions
+
+from catalog.models import CatalogModel
+from core import histograms
+from core.auth import BearerTokenAuthentication
+from core.models import Finding
+from inventory.ingest import is_zero_uuid
+from inventory.models import GPU, Node, NVLinkDomain, mig_label
+from placement.models import Replica, Shard
+
+log = logging.getLogger(__name__)
+
+RECONCILE_HISTOGRAM = "llmgw_reconcile_seconds"
+# A reconcile of a quiet fleet takes tens of milliseconds; one placing a large model across a rack, seconds.
+RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+GPU_STATES = ("used", "free", "unhealthy")
+REPLICA_STATES = ("pending", "starting", "ready", "failed", "stopping")
+NO_FABRIC = ("", "Not Supported")
+
+Source = Callable[[], Iterable[Metric]]
+# name -> a function yielding metric families, called at every scrape (see the module docstring).
+SOURCES: dict[str, Source] = {}
+
+_run = threading.local()
+
+
+def register_source(name: str, collect: Source) -> None:
+    """Add ``collect``'s families to every scrape, e.g. ``register_source("gateway", gateway.metrics.collect)``
+    from the gateway app's ``ready()``. Registering the same name again replaces it."""
+    SOURCES[name] = collect
+
+
+def observe_reconcile(seconds: float) -> None:
+    """Record one reconcile's duration in the fleet-wide histogram.
+
+    Every run of the Celery task "placement.tasks.reconcile" is already timed
+    (observability.tasks); a reconcile that calls this itself is not counted
+    twice, and one that runs outside Celery is counted only through this.
+    """
+    histograms.observe(RECONCILE_HISTOGRAM, seconds, RECONCILE_BUCKETS)
+    _run.observed = True
+
+
+def begin_task_run() -> None:
+    _run.observed = False
+
+
+def observed_in_this_run() -> bool:
+    return getattr(_run, "observed", False)
+
+
+# --- the fleet -----------------------------------------------------------------------------------------------------
+
+
+class GpuRow(NamedTuple):
+    node_id: int
+    index: int
+    parent_index: int | None
+    gpu_class: str
+    sick: bool
+    fabric_state: str
+    fabric_status: str
+    cluster_uuid: str
+    clique_id: int | None
+    domain_id: int | None
+    fabric_degraded: bool | None
+
+
+def claimed_domain(uuid: str, clique: int | None) -> str:
+    """The domain a card names, joined or not: empty when it names none (an HGX's own NVSwitch reads all zeros)."""
+    return "" if not uuid or is_zero_uuid(uuid) else f"{uuid}/{clique or 0}"
+
+
+def in_nvlink_metrics(fabric_state: str, fabric_status: str, claimed: str, joined: bool) -> bool:
+    """Whether a card has a place in ``llmgw_gpu_nvlink_joined``: it has, or should have, a multi-node domain.
+
+    Left out: cards with no fabric, and cards whose registration completed on
+    a machine's own NVSwitch (no domain to join). A card stuck registering is
+    in, with 0, even when it cannot name its domain yet.
+    """
+    if fabric_state in NO_FABRIC:
+        return False
+    settled = fabric_state == "Completed" and fabric_status.lower() == "success"
+    return joined or bool(claimed) or not settled
+
+
+class FleetCollector(Collector):
+    """The fleet's figures, read from the inventory at each scrape in a fixed number of queries."""
+
+    def __init__(self, now: Callable[[], datetime] = timezone.now) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        nodes = list(Node.objects.values_list("pk", "name", "state", "reachable", "lost", "last_seen", "imex_state"))
+        names = {pk: name for pk, name, *_ in nodes}
+        domains = {pk: f"{u}/{c}" for pk, u, c in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")}
+        # Whether a GPU is healthy is asked of the database: decoding 10,000 health lists costs more than the rest.
+        sick = ExpressionWrapper(~Q(health=[]), output_field=BooleanField())
+        rows = GPU.objects.annotate(sick=sick).values_list(*GpuRow._fields)
+        gpus = [GpuRow._make(row) for row in rows]
+        yield from self._nvlink(gpus, names, domains)
+        yield from self._nodes(nodes, gpus)
+        yield from self._gpus(gpus)
+        yield from self._catalog()
+        yield from self._findings()
+        yield self._reconcile()
+        yield from self._sources()
+
+    def _nvlink(self, gpus, names, domains) -> Iterator[Metric]:
+        joined = GaugeMetricFamily(
+            "llmgw_gpu_nvlink_joined",
+            "1 when the card has joined its multi-node NVLink domain, 0 when not.",
+            labels=["node", "gpu", "domain"],
+        )
+        degraded = GaugeMetricFamily(
+            "llmgw_gpu_nvlink_degraded",
+            "1 when the card's NVLink bandwidth is degraded (joined, but amber).",
+            labels=["node", "gpu", "domain"],
+        )
+        for g in gpus:
+            claimed = claimed_domain(g.cluster_uuid, g.clique_id)
+            if g.parent_index is not None or not in_nvlink_metrics(
+                g.fabric_state, g.fabric_status, claimed, g.domain_id is not None
+            ):
+                continue
+            labels = [names[g.node_id], mig_label(g.index), domains.get(g.domain_id, claimed)]
+            joined.add_metric(labels, 1.0 if g.domain_id is not None else 0.0)
+            degraded.add_metric(labels, 1.0 if g.fabric_degraded else 0.0)
+        yield joined
+        yield degraded
+
+    def _nodes(self, nodes, gpus) -> Iterator[Metric]:
+        in_domain = {g.node_id for g in gpus if g.domain_id is not None or claimed_domain(g.cluster_uuid, g.clique_id)}
+        up = GaugeMetricFamily("llmgw_node_up", "1 when the node answers its heartbeats.", labels=["node", "state"])
+        age = GaugeMetricFamily(
+            "llmgw_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"]
+        )
+        imex = GaugeMetricFamily(
+            "llmgw_imex_up",
+            "1 when IMEX is up on a node that has it or whose cards are in a multi-node domain.",
+            labels=["node"],
+        )
+        now = self.now()
+        for pk, name, state, reachable, lost, last_seen, imex_state in nodes:
+            up.add_metric([name, state], 1.0 if reachable and not lost else 0.0)
+            if last_seen is not None:
+                age.add_metric([name], max(0.0, (now - last_seen).total_seconds()))
+            if pk in in_domain or imex_state not in ("", "not installed"):
+                imex.add_metric([name], 1.0 if imex_state == "up" else 0.0)
+        yield from (up, age, imex)
+
+    def _gpus(self, gpus) -> Iterator[Metric]:
+        shards = Shard.objects.values_list("node_id", "gpu_indices")
+        held = {(node_id, i) for node_id, indices in shards for i in indices or []}
+        counts: Counter[tuple[str, str]] = Counter()
+        for g in gpus:
+            state = "used" if (g.node_id, g.index) in held else "unhealthy" if g.sick else "free"
+            counts[(g.gpu_class or "unknown", state)] += 1
+        family = GaugeMetricFamily(
+            "llmgw_gpus",
+            "GPUs (MIG instances counted as GPUs) by class: used (held by a shard), free, unhealthy.",
+            labels=["class", "state"],
+        )
+        for cls in sorted({c for c, _ in counts}):
+            for state in GPU_STATES:
+                family.add_metric([cls, state], float(counts[(cls, state)]))
+        yield family
+
+    def _catalog(self) -> Iterator[Metric]:
+        models = list(CatalogModel.objects.values_list("name", "parked_at"))
+        counts = {
+            (row["model__name"], row["state"]): row["n"]
+            for row in Replica.objects.values("model__name", "state").annotate(n=Count("id"))
+        }
+        replicas = GaugeMetricFamily("llmgw_replicas", "Replicas of each model by state.", labels=["model", "state"])
+        parked = GaugeMetricFamily(
+            "llmgw_model_parked", "1 when the model is parked after failing every start.", labels=["model"]
+        )
+        for name, parked_at in models:
+            for state in REPLICA_STATES:
+                replicas.add_metric([name, state], float(counts.get((name, state), 0)))
+            parked.add_metric([name], 1.0 if parked_at else 0.0)
+        yield replicas
+        yield parked
+
+    def _findings(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "llmgw_findings_open", "Open findings of the doctor sweeps by kind.", labels=["kind", "severity"]
+        )
+        rows = Finding.objects.open().values("kind", "severity").annotate(n=Count("id")).order_by("kind", "severity")
+        for row in rows:
+            family.add_metric([row["kind"], row["severity"]], float(row["n"]))
+        yield family
+
+    def _reconcile(self) -> Metric:
+        snap = histograms.snapshot(RECONCILE_HISTOGRAM, RECONCILE_BUCKETS)
+        family = HistogramMetricFamily(
+            RECONCILE_HISTOGRAM, "How long each reconcile of placement took, across every worker."
+        )
+        family.add_metric([], snap.buckets, snap.total)
+        return family
+
+    def _sources(self) -> Iterator[Metric]:
+        status = GaugeMetricFamily(
+            "llmgw_metrics_source_up", "1 when an extra metrics source answered this scrape.", labels=["source"]
+        )
+        for name, collect in sorted(SOURCES.items()):
+            try:
+                families = list(collect())
+            except Exception:
+                # One broken source must not cost the fleet's figures; its gauge says it failed.
+                log.exception("metrics source %s failed", name)
+                status.add_metric([name], 0.0)
+                continue
+            status.add_metric([name], 1.0)
+            yield from families
+        yield status
+
+
+FLEET = CollectorRegistry(auto_describe=False)
+FLEET.register(FleetCollector())
+
+
+def exposition() -> bytes:
+    """The whole answer: this process's registry, then the fleet's."""
+    return generate_latest(REGISTRY) + generate_latest(FLEET)
+
+
+# --- the view ------------------------------------------------------------------------------------------------------
+
+
+def _refusal(message: str) -> HttpResponse:
+    response = HttpResponse(message + "\n", status=401, content_type="text/plain; charset=utf-8")
+    response["WWW-Authenticate"] = 'Bearer realm="llmgw"'
+    return response
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus's scrape: an API token as bearer (an operator's or a read-only one), else 401."""
+    try:
+        found = BearerTokenAuthentication().authenticate(request)
+    except exceptions.AuthenticationFailed as exc:
+        return _refusal(str(exc.detail))
+    if found is None:
+        return _refusal("send an API token as 'Authorization: Bearer <token>' (a read-only one will do)")
+    # The classic text format, which every Prometheus version reads (the output uses no newer feature).
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,0 +1,346 @@
+"""Doctor sweeps: fleet-wide checks, kept as findings that open, stay, and resolve when they clear.
+
+What a sweep looks for (kind: subject):
+
+- ``domain_partly_joined``: an NVLink domain — some cards of its nodes, or
+  cards that name it, have not joined it;
+- ``imex_down``: a node — its cards are in (or name) a domain, but IMEX there is not up;
+- ``domain_split_fabrics``: an NVLink domain — its nodes sit on two or more
+  InfiniBand fabrics (inventory.fabrics.analyze + fabric_of);
+- ``sm_changed``: a fabric (its declared name, else its physical key) — its
+  master subnet manager changed (the analysis' SM problems: recently, or flapping);
+- ``gpu_unhealthy``: ``<node>/gpu <label>`` — a card or MIG instance with health problems;
+- ``node_silent``: a node — unreachable past the grace, or lost;
+- ``model_parked``: a model — parked after failing every start.
+
+How one sweep runs:
+
+1. Load the fleet once into plain data (:func:`load`), in a fixed number of
+   queries; the fabric analysis is the one the API and placement read
+   (inventory.fabric_inventory).
+2. Apply the rules (:func:`find`), pure functions of that data.
+3. Record (:func:`record`), in one transaction: a finding not open yet is
+   created; an open one gets its ``last_seen``, message and severity
+   refreshed; an open one not found again is resolved. Running it twice
+   changes nothing but ``last_seen``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from catalog.models import CatalogModel
+from core.models import Finding, Severity
+from inventory import fabrics
+from inventory.fabric_inventory import analyze_inventory
+from inventory.models import GPU, Node, NVLinkDomain, mig_label
+from observability.metrics import claimed_domain
+
+WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
+MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card
+NO_FABRIC = ("", "Not Supported")
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str
+    subject: str
+    message: str
+    severity: str = WARNING
+
+
+@dataclass(frozen=True)
+class NodeFact:
+    name: str
+    reachable: bool
+    lost: bool
+    unreachable_since: datetime | None
+    imex_state: str  # "" when not reported
+
+
+@dataclass(frozen=True)
+class GpuFact:
+    """``joined`` is the domain key the card has joined, ``claimed`` the one it names ("" for none)."""
+
+    node: str
+    index: int
+    is_card: bool
+    fabric_state: str
+    joined: str | None
+    claimed: str
+    health: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return mig_label(self.index)
+
+
+@dataclass
+class Fleet:
+    nodes: dict[str, NodeFact] = field(default_factory=dict)
+    gpus: list[GpuFact] = field(default_factory=list)
+    domain_names: dict[str, str] = field(default_factory=dict)  # key -> a name for people
+    fabric_report: fabrics.FabricReport | None = None
+    parked: list[tuple[str, datetime, str]] = field(default_factory=list)
+
+
+# --- loading (the only queries) -------------------------------------------------------------------------------------
+
+
+def load(now: datetime) -> Fleet:
+    fleet = Fleet()
+    for name, reachable, lost, since, imex in Node.objects.values_list(
+        "name", "reachable", "lost", "unreachable_since", "imex_state"
+    ):
+        fleet.nodes[name] = NodeFact(name, reachable, lost, since, imex)
+    keys = {}
+    for pk, uuid, clique, name in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id", "name"):
+        keys[pk] = f"{uuid}/{clique}"
+        fleet.domain_names[keys[pk]] = name or keys[pk]
+    rows = GPU.objects.values_list(
+        "node__name", "index", "parent_index", "fabric_state", "domain_id", "cluster_uuid", "clique_id", "health"
+    )
+    for node, index, parent, state, domain_id, uuid, clique, health in rows:
+        fleet.gpus.append(
+            GpuFact(
+                node, index, parent is None, state, keys.get(domain_id), claimed_domain(uuid, clique), tuple(health)
+            )
+        )
+    fleet.fabric_report = analyze_inventory(now)
+    fleet.parked = list(
+        CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
+    )
+    return fleet
+
+
+# --- the rules (pure) -----------------------------------------------------------------------------------------------
+
+
+def _span(labels: list[str]) -> str:
+    return f"gpu {labels[0]}" if len(labels) == 1 else "gpus " + ", ".join(labels)
+
+
+def domain_members(fleet: Fleet) -> dict[str, set[str]]:
+    """Domain key -> the nodes that have a card in it or naming it."""
+    members: dict[str, set[str]] = defaultdict(set)
+    for g in fleet.gpus:
+        for key in {g.joined, g.claimed} - {None, ""}:
+            members[key].add(g.node)
+    return members
+
+
+def partly_joined(fleet: Fleet) -> list[Found]:
+    members = domain_members(fleet)
+    cards_by_node: dict[str, list[GpuFact]] = defaultdict(list)
+    for g in fleet.gpus:
+        if g.is_card and g.fabric_state not in NO_FABRIC:
+            cards_by_node[g.node].append(g)
+    found = []
+    for key, nodes in sorted(members.items()):
+        cards = [g for n in sorted(nodes) for g in cards_by_node[n]]
+        out = [g for g in cards if g.joined != key]
+        if not out:
+            continue
+        per_node: dict[str, list[str]] = defaultdict(list)
+        for g in out:
+            per_node[g.node].append(g.label)
+        where = "; ".join(f"{n}: {_span(labels)}" for n, labels in sorted(per_node.items()))
+        name = fleet.domain_names.get(key, key)
+        found.append(
+            Found(
+                "domain_partly_joined",
+                key,
+                f"NVLink domain {name}: {len(out)} of {len(cards)} cards have not joined ({where}). Those nodes take "
+                "no multi-node replica of the domain; check nvidia-fabricmanager there and run llmgw doctor.",
+            )
+        )
+    return found
+
+
+def imex_down(fleet: Fleet) -> list[Found]:
+    found = []
+    for key, nodes in sorted(domain_members(fleet).items()):
+        for name in sorted(nodes):
+            node = fleet.nodes.get(name)
+            # A silent node's IMEX state is from before it went quiet; node_silent speaks for it.
+            if node is None or not node.reachable or node.imex_state == "up":
+                continue
+            state = node.imex_state or "not reported"
+            found.append(
+                Found(
+                    "imex_down",
+                    name,
+                    f"IMEX is {state} on {name}, a node of NVLink domain {fleet.domain_names.get(key, key)}: "
+                    "multi-node replicas cannot use it. Run llmgw doctor there (systemctl status nvidia-imex).",
+                )
+            )
+    return _unique(found)
+
+
+def split_fabrics(fleet: Fleet) -> list[Found]:
+    report = fleet.fabric_report
+    if report is None:
+        return []
+    found = []
+    for key, nodes in sorted(domain_members(fleet).items()):
+        on: dict[str, list[str]] = defaultdict(list)
+        for n in sorted(nodes):
+            physical = report.fabric_of(n)
+            if physical is not None:
+                on[physical].append(n)
+        if len(on) < 2:
+            continue
+        spread = "; ".join(
+            f"{_fabric_label(report, k)}: {len(ns)} node{'s' if len(ns) > 1 else ''} ({', '.join(ns[:3])}"
+            f"{', …' if len(ns) > 3 else ''})"
+            for k, ns in sorted(on.items(), key=lambda kv: -len(kv[1]))
+        )
+        found.append(
+            Found(
+                "domain_split_fabrics",
+                key,
+                f"The nodes of NVLink domain {fleet.domain_names.get(key, key)} sit on {len(on)} InfiniBand fabrics "
+                f"({spread}): a replica reaching beyond the domain would mix them. Check the cabling.",
+            )
+        )
+    return found
+
+
+def _fabric_label(report: fabrics.FabricReport, key: str) -> str:
+    physical = report.fabric(key)
+    return physical.label if physical is not None else key
+
+
+def sm_changed(fleet: Fleet, now: datetime) -> list[Found]:
+    report = fleet.fabric_report
+    if report is None:
+        return []
+    found = []
+    for problem in report.problems:
+        if problem.kind != "sm_flapping" or problem.physical is None:
+            continue
+        physical = report.fabric(problem.physical)
+        changes = [e for e in (physical.sms if physical else []) if e.kind == "changed"]
+        recent = [e for e in changes if timedelta(0) <= now - e.at <= fabrics.SM_FLAP_WINDOW]
+        severity = CRITICAL if len(recent) >= fabrics.SM_FLAP_CHANGES else WARNING
+        # The physical fabric's key is its master SM's GUID, which is what changes: name the finding after the
+        # fabric's declared name where it has one, so a failover and its return are one finding, not two.
+        found.append(Found("sm_changed", problem.fabric or problem.physical, problem.message, severity))
+    return found
+
+
+def unhealthy_gpus(fleet: Fleet) -> list[Found]:
+    found = []
+    for g in sorted(fleet.gpus, key=lambda g: (g.node, g.index)):
+        problems = [p for p in g.health if p != MIG_EMPTY]
+        if problems:
+            found.append(
+                Found(
+                    "gpu_unhealthy",
+                    f"{g.node}/gpu {g.label}",
+                    f"gpu {g.label} on {g.node}: {'; '.join(problems)}. It takes no work until it reports healthy; "
+                    "run llmgw doctor there.",
+                )
+            )
+    return found
+
+
+def silent_nodes(fleet: Fleet) -> list[Found]:
+    found = []
+    for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
+        if node.reachable and not node.lost:
+            continue
+        since = f" since {node.unreachable_since:%Y-%m-%d %H:%M:%S %Z}" if node.unreachable_since else ""
+        if node.lost:
+            message = f"{node.name} is lost: silent{since}; what ran there is being placed elsewhere."
+        else:
+            message = f"{node.name} is unreachable: no heartbeat{since}. Is the agent running, and can it reach us?"
+        found.append(Found("node_silent", node.name, message, CRITICAL if node.lost else WARNING))
+    return found
+
+
+def parked_models(fleet: Fleet) -> list[Found]:
+    return [
+        Found(
+            "model_parked",
+            name,
+            f"{name} is parked since {at:%Y-%m-%d %H:%M:%S %Z} after failing every start"
+            + (f": {error.strip().splitlines()[-1][:300]}" if error.strip() else "")
+            + ". Fix the cause, then unpark it (or scale it).",
+            CRITICAL,
+        )
+        for name, at, error in sorted(fleet.parked)
+    ]
+
+
+def _unique(found: list[Found]) -> list[Found]:
+    """One finding per (kind, subject): a node of two domains is one IMEX problem."""
+    seen: dict[tuple[str, str], Found] = {}
+    for f in found:
+        seen.setdefault((f.kind, f.subject), f)
+    return list(seen.values())
+
+
+def find(fleet: Fleet, now: datetime) -> list[Found]:
+    return _unique(
+        [
+            *partly_joined(fleet),
+            *imex_down(fleet),
+            *split_fabrics(fleet),
+            *sm_changed(fleet, now),
+            *unhealthy_gpus(fleet),
+            *silent_nodes(fleet),
+            *parked_models(fleet),
+        ]
+    )
+
+
+# --- recording ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recorded:
+    opened: list[tuple[str, str]] = field(default_factory=list)
+    resolved: list[tuple[str, str]] = field(default_factory=list)
+    still_open: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.opened or self.resolved)
+
+
+@transaction.atomic
+def record(found: list[Found], now: datetime) -> Recorded:
+    """Open what is new, refresh what is still there, resolve what cleared (see the module docstring)."""
+    result = Recorded()
+    current = {(f.kind, f.subject): f for f in found}
+    open_rows = {(r.kind, r.subject): r for r in Finding.objects.open().select_for_update()}
+    Finding.objects.bulk_create(
+        [
+            Finding(
+                kind=f.kind, subject=f.subject, message=f.message, severity=f.severity, first_seen=now, last_seen=now
+            )
+            for key, f in current.items()
+            if key not in open_rows
+        ]
+    )
+    result.opened = sorted(k for k in current if k not in open_rows)
+    refreshed = []
+    for key, row in open_rows.items():
+        if key in current:
+            row.last_seen, row.message, row.severity = now, current[key].message, current[key].severity
+            refreshed.append(row)
+    Finding.objects.bulk_update(refreshed, ["last_seen", "message", "severity"], batch_size=1000)
+    gone = [row.pk for key, row in open_rows.items() if key not in current]
+    Finding.objects.filter(pk__in=gone).update(resolved_at=now)
+    result.resolved = sorted(k for k in open_rows if k not in current)
+    result.still_open = len(refreshed)
+    return result
+
+
+def sweep(now: datetime) -> Recorded:
+    return record(find(load(now), now), now)
