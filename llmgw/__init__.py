@@ -1,3 +1,5 @@
 """llmgw: LLM inference on a fleet of GPU machines."""
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+__version__ = metadata.version("llmgw")

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from core.config import write_private_file
 from core.models import ApiToken
 from core.tokens import hash_token, hint, new_token
+from inventory.models import JoinToken
 
 ADMIN_USERNAME = "admin"
 FILES = ("admin-password", "admin-token", "join-token")
@@ -29,8 +30,6 @@ class Bootstrap:
 
 
 def issue_join_token(name: str = "default") -> str:
-    from inventory.models import JoinToken
-
     secret = new_token("llmgw_join")
     JoinToken.objects.create(name=name, digest=hash_token(secret), hint=hint(secret))
     return secret

@@ -15,6 +15,9 @@ import importlib
 import os
 import sys
 
+# Django-free: reading the configuration must not start Django.
+from core import config
+
 # command -> module with a ``main(argv) -> int``
 OWN_COMMANDS = {
     "serve": "llmgw.serve",
@@ -32,8 +35,6 @@ def _configuration_error(exc) -> int:
 
 
 def django_main(argv: list[str]) -> int:
-    from core import config
-
     try:
         config.load()
     except config.ConfigError as exc:

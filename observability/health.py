@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import time
+from importlib import metadata
 
 import django
 from django.conf import settings
@@ -17,9 +18,11 @@ from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-import llmgw
+from core.models import TaskRun
 
 REDIS_TIMEOUT_S = 1.0
+# pyproject.toml is the version's one home; the installed package's metadata carries it.
+VERSION = metadata.version("llmgw")
 
 
 def check_database() -> dict:
@@ -63,8 +66,6 @@ def check_broker() -> dict:
 
 def check_worker() -> dict:
     """When the periodic tick last ran; absent means no worker has run yet."""
-    from core.models import TaskRun
-
     try:
         run = TaskRun.objects.filter(name="observability.tasks.tick").first()
     except Exception:  # noqa: BLE001 - the database check reports this
@@ -80,7 +81,7 @@ def healthz(request):
     body = {
         "status": "ok",
         "listener": getattr(request, "llmgw_listener", "admin"),
-        "version": llmgw.__version__,
+        "version": VERSION,
         "django": django.get_version(),
         "python": platform.python_version(),
         "database": check_database(),
