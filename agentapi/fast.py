@@ -1,6 +1,6 @@
 """The heartbeat's fast lane: ``POST /api/v1/agent/heartbeat`` answered before Django is reached.
 
-Everything a heartbeat needs is in the desk (see desk.py): the credential's
+Everything a heartbeat needs is in the desk (see inventory/heartbeats.py): the credential's
 node, the queue the flusher writes, the shard table. Answering here, in the
 event loop, skips Django's middleware and its hop to a worker thread, which is
 most of a heartbeat's cost. The refusals are the same as the Django view's,
@@ -14,11 +14,11 @@ import json
 from asgiref.sync import sync_to_async
 
 from agent.protocol import report_digest
-from agentapi import desk as desk_module
-from agentapi.desk import desk
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, too_large
 from core import jsonbody
+from inventory import heartbeats as desk_module
 from inventory.bounds import report_bounds
+from inventory.heartbeats import desk
 from inventory.report_schema import heartbeat_problems, report_problems
 
 PATH = "/api/v1/agent/heartbeat"

@@ -17,7 +17,6 @@ from django.views.decorators.http import require_POST
 
 from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
-from agentapi.desk import desk
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
 from api import weight_collection
 from catalog import rules
@@ -26,6 +25,7 @@ from core.tokens import hash_token, new_token
 from dashboard import live
 from inventory import ingest, scans
 from inventory.bounds import report_bounds
+from inventory.heartbeats import desk
 from inventory.models import Node
 from inventory.report_schema import heartbeat_problems, report_problems, unstorable
 from placement import assignments

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentapi.desk import desk
+from inventory.heartbeats import desk
 from inventory.models import Node
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token

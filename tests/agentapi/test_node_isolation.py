@@ -27,9 +27,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentapi.desk import desk
 from api.models import WeightCollection
 from inventory import scans
+from inventory.heartbeats import desk
 from inventory.models import GPU, FabricScan, IBPort, Node, SubnetManagerChange
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token

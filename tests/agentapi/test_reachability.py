@@ -17,7 +17,7 @@ T0 = timezone.now()
 
 def ingest_heartbeat(node: Node, beat: dict, at) -> bool:
     """A heartbeat through the desk, written at once; True when the node came back."""
-    from agentapi.desk import desk
+    from inventory.heartbeats import desk
 
     node.credential_digest = node.credential_digest or f"digest-{node.pk}"
     Node.objects.filter(pk=node.pk).update(credential_digest=node.credential_digest)

@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-from agentapi.desk import desk
+from inventory.heartbeats import desk
 from inventory.models import Node
 from llmgw.asgi import application
 from tests.agentapi.agenthttp import post, register, snapshot

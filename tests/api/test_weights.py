@@ -115,7 +115,7 @@ def old_refers_again(how: str) -> None:
 
 
 def handed_out(node: str) -> list[str]:
-    from agentapi.desk import desk
+    from inventory.heartbeats import desk
 
     desk.refresh_shards()
     return desk.collections.get(node, [])
