@@ -18,8 +18,7 @@ from django.views.decorators.http import require_POST
 from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
-from api import weight_collection
-from catalog import rules
+from catalog import rules, weights
 from core import jsonbody
 from core.tokens import hash_token, new_token
 from dashboard import live
@@ -236,7 +235,7 @@ def heartbeat(request):
         )
     answer["shards"] = assignments.for_node(ref.pk)
     # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
-    collect = weight_collection.pending_for(ref.name)
+    collect = weights.pending_for(ref.name)
     if collect:
         answer["collect"] = collect
     else:

@@ -263,7 +263,7 @@ class HeartbeatDesk:
     # --- what to run ---
 
     def refresh_shards(self) -> None:
-        from api import weight_collection
+        from catalog import weights
         from inventory.models import FabricScan
         from placement import assignments
 
@@ -275,7 +275,7 @@ class HeartbeatDesk:
             )
         }
         # Re-checked against the catalog at each refresh: what a model refers to again is cancelled, not handed out.
-        collections = weight_collection.pending_by_node()
+        collections = weights.pending_by_node()
         with self.lock:
             self.shards = table
             self.scans = {pk: scan for pk, scan in scans.items() if scan["pk"] not in self.handed_out}

@@ -16,8 +16,8 @@ from api.base import ApiView, Refused
 from api.models import WeightCollection
 from api.serializers.common import ERRORS, WRITE_ERRORS
 from api.serializers.weights import CollectRequestSerializer, CollectSerializer, OrphansSerializer
-from api.weight_collection import cancel_referred
 from catalog.views_data import orphan_totals, orphan_weights
+from catalog.weights import cancel_referred
 from inventory.models import Node
 
 COLLECT_NOTE = (
