@@ -4,7 +4,7 @@ A collect request names weights no model referred to *then*. A model added
 or edited since may refer to them again; such a deletion is cancelled, never
 handed out. It is checked:
 
-1. when a catalog model is saved (``api.apps`` connects :func:`model_saved`);
+1. when a catalog model is saved (``catalog.apps`` connects :func:`model_saved`);
 2. at each collect request (:func:`cancel_referred` before new rows are written);
 3. at hand-out, whenever the agents' list is built (:func:`pending_by_node`,
    :func:`pending_for`), which also catches a change no signal saw;
@@ -18,8 +18,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from api.models import WeightCollection
-from catalog.models import CatalogModel
+from catalog.models import CatalogModel, WeightCollection
 from catalog.views_data import source_refers_to
 
 

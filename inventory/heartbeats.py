@@ -116,7 +116,7 @@ class HeartbeatDesk:
         # node pk -> the topology scan assigned to it and not yet handed out (inventory/scans.py)
         self.scans: dict[int, dict] = {}
         self.handed_out: list[int] = []
-        # node name -> paths an operator asked to have deleted (see api.models.WeightCollection)
+        # node name -> paths an operator asked to have deleted (see catalog.models.WeightCollection)
         self.collections: dict[str, list[str]] = {}
         self.collected: list[tuple[str, dict]] = []
 
@@ -252,7 +252,7 @@ class HeartbeatDesk:
 
     def _settle_collections(self, at: datetime | None) -> None:
         """Mark the deletions agents reported: done, or the reason they could not."""
-        from api.models import WeightCollection
+        from catalog.models import WeightCollection
 
         with self.lock:
             collected, self.collected = self.collected, []

@@ -27,7 +27,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.models import WeightCollection
+from catalog.models import WeightCollection
 from inventory import scans
 from inventory.heartbeats import desk
 from inventory.models import GPU, FabricScan, IBPort, Node, SubnetManagerChange

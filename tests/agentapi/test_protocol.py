@@ -150,7 +150,7 @@ def test_a_heartbeat_asks_for_a_report_when_the_server_holds_another(client, nod
 
 
 def test_weights_to_collect_ride_on_the_heartbeat_and_come_back_done(client, node):
-    from api.models import WeightCollection
+    from catalog.models import WeightCollection
 
     WeightCollection.objects.create(node="tray-01", path="/models/old", requested_by="olive")
     answer = post(client, "heartbeat", {}, node).json()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.models import WeightCollection
+from catalog.models import WeightCollection
 from catalog.views_data import source_refers_to
 from core.models import AuditEntry
 from inventory.models import Node
