@@ -1,6 +1,7 @@
 """The agents' endpoints under /api/v1/agent/: registration, full reports, light heartbeats.
 
-Project-level glue rather than part of one app: answering a heartbeat reads
-inventory (who is this) and placement (what should it run), and neither app
-should import the other for it.
+HTTP only: parsing, limits, refusals and answers. Taking a heartbeat is
+inventory's (inventory/heartbeats.py), which learns what to hand out from the
+apps above it through inventory/signals.py; a full report is stored by
+inventory's ingest and answered with placement's shards.
 """

@@ -1,10 +1,13 @@
 """The heartbeat's fast lane: ``POST /api/v1/agent/heartbeat`` answered before Django is reached.
 
-Everything a heartbeat needs is in the desk (see desk.py): the credential's
-node, the queue the flusher writes, the shard table. Answering here, in the
-event loop, skips Django's middleware and its hop to a worker thread, which is
-most of a heartbeat's cost. The refusals are the same as the Django view's,
-word for word: both call the same checks.
+This is the only place the path is served (every server runs ``llmgw.asgi``,
+and the tests post through it too). Only the HTTP is here: headers, body
+limits, responses. Whether a beat can be taken and what it is answered are
+inventory's (inventory/heartbeats.py): the credential's node, the queue the
+flusher writes, the shard table. Answering here, in the event loop, skips
+Django's middleware and its hop to a worker thread, which is most of a
+heartbeat's cost. Unchanged full reports are answered here too; the rest go
+on to the Django view, which refuses in the same words (``limits.py``).
 """
 
 from __future__ import annotations
@@ -13,33 +16,35 @@ import json
 
 from asgiref.sync import sync_to_async
 
-from agent.protocol import report_digest
-from agentapi import desk as desk_module
-from agentapi.desk import desk
-from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, too_large
+from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
 from core import jsonbody
-from inventory.bounds import report_bounds
-from inventory.report_schema import heartbeat_problems, report_problems
+from inventory import heartbeats
+from inventory.heartbeats import desk
 
 PATH = "/api/v1/agent/heartbeat"
 REPORT_PATH = "/api/v1/agent/report"
 
 
 def wants(scope) -> bool:
-    return scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "POST"
+    """The heartbeat's path, whatever the method: another method is refused here, not by a Django 404."""
+    return scope["type"] == "http" and scope["path"] == PATH
 
 
 def wants_report(scope) -> bool:
     return scope["type"] == "http" and scope["path"] == REPORT_PATH and scope["method"] == "POST"
 
 
-async def respond(send, status: int, body: dict) -> None:
+async def respond(send, status: int, body: dict, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     data = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": data})
@@ -69,6 +74,8 @@ async def read_body(receive, limit: int) -> bytes | None:
 
 
 async def heartbeat(scope, receive, send) -> None:
+    if scope["method"] != "POST":
+        return await respond(send, 405, {"error": USE_POST}, ((b"allow", b"POST"),))
     length = header(scope, b"content-length")
     if length.isdigit() and int(length) > HEARTBEAT_LIMIT:
         return await respond(send, 413, {"error": too_large(int(length), HEARTBEAT_LIMIT)})
@@ -82,15 +89,14 @@ async def heartbeat(scope, receive, send) -> None:
         beat = jsonbody.loads(body or b"null")
     except jsonbody.BodyError as exc:
         return await respond(send, 400, {"error": str(exc)})
-    problems = heartbeat_problems(beat)
-    if problems:
-        return await respond(send, 400, {"error": "the heartbeat was not stored: " + "; ".join(problems)})
+    refused = heartbeats.refusal(beat)
+    if refused:
+        return await respond(send, 400, {"error": refused})
     secret = secret.strip()
     ref = desk.cached(secret) or await sync_to_async(desk.lookup, thread_sensitive=False)(secret)
     if ref is None:
         return await respond(send, 401, {"error": REVOKED})
-    desk_module.ensure_flusher()
-    return await respond(send, 200, desk.accept(ref, beat, desk_module.now()))
+    return await respond(send, 200, heartbeats.take(ref, beat))
 
 
 def replaying(body: bytes, receive):
@@ -110,10 +116,10 @@ def replaying(body: bytes, receive):
 async def report(scope, receive, send, app) -> None:
     """An unchanged full report is answered here; anything else goes on to the Django view.
 
-    Only the common case is taken: a valid report from a known node whose
-    digest matches the one stored. A changed report, a refusal, anything in
-    doubt is handed to the view with its body, which then answers exactly as
-    it always does.
+    Only the common case is taken (:func:`inventory.heartbeats.take_unchanged_report`
+    says which): a valid report from a known node whose digest matches the one
+    stored. A changed report, a refusal, anything in doubt is handed to the
+    view with its body, which then answers exactly as it always does.
     """
     length = header(scope, b"content-length")
     if length.isdigit() and int(length) > REPORT_LIMIT:
@@ -128,11 +134,7 @@ async def report(scope, receive, send, app) -> None:
             parsed = jsonbody.loads(body or b"null")
         except jsonbody.BodyError:
             parsed = None  # the view refuses it, in the same words
-        if (
-            isinstance(parsed, dict)
-            and not report_problems(parsed, report_bounds())
-            and report_digest(parsed) == ref.report_digest
-        ):
-            desk_module.ensure_flusher()
-            return await respond(send, 200, desk.accept_unchanged_report(ref, parsed, desk_module.now()))
+        answer = heartbeats.take_unchanged_report(ref, parsed)
+        if answer is not None:
+            return await respond(send, 200, answer)
     return await app(scope, replaying(body, receive), send)

@@ -1,4 +1,4 @@
-"""Sizes and sentences both heartbeat paths share, so their refusals read the same."""
+"""Sizes and sentences the agent endpoints share (the Django views, the fast lane): their refusals read the same."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ REPORT_LIMIT = 2 * 1024 * 1024
 HEARTBEAT_LIMIT = 256 * 1024
 SEND_BEARER = "send the credential as 'Authorization: Bearer <token>'"
 REVOKED = "this node credential is unknown or was revoked; register again with a join token"
+USE_POST = "send heartbeats with POST"
 
 
 def too_large(length: int | None, limit: int) -> str:

@@ -1,5 +1,6 @@
-"""Agent endpoints. Plain Django views, not DRF: the heartbeat is the hottest path in
-the system, and it needs nothing from a framework but JSON in and out.
+"""Agent endpoints: registration, full reports, topology scans. Plain Django views, not DRF:
+they need nothing from a framework but JSON in and out. The light heartbeat is not
+here: the ASGI fast lane (fast.py) is its one path.
 
 Every refusal is ``{"error": "<sentence>"}`` with a 4xx status, and nothing
 stored changes: validation happens before the transaction that writes.
@@ -17,17 +18,16 @@ from django.views.decorators.http import require_POST
 
 from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
-from agentapi.desk import desk
-from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
-from api import weight_collection
+from agentapi.limits import REPORT_LIMIT, too_large
 from catalog import rules
 from core import jsonbody
 from core.tokens import hash_token, new_token
 from dashboard import live
 from inventory import ingest, scans
 from inventory.bounds import report_bounds
-from inventory.models import Node
-from inventory.report_schema import heartbeat_problems, report_problems, unstorable
+from inventory.heartbeats import desk
+from inventory.models import Node, NVLinkDomain
+from inventory.report_schema import report_problems, unstorable
 from placement import assignments
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,6 @@ def publish_changes(node: Node, result: ingest.IngestResult) -> None:
         },
     )
     groups = [live.fleet_group(), live.node_group(node.pk)]
-    from inventory.models import NVLinkDomain
-
     keys = {k for _, a, b in result.domain_moves for k in (a, b) if k}
     for domain in NVLinkDomain.objects.filter(cluster_uuid__in={k.split("/")[0] for k in keys}):
         if domain.key in keys:
@@ -209,36 +207,3 @@ def scan(request):
     except scans.UploadRefused as refused:
         raise Refused(refused.status, refused.message) from None
     return JsonResponse({"fabric": record.fabric_key, "kept": not record.error, "error": record.error or None})
-
-
-@refusals
-def heartbeat(request):
-    """A light heartbeat; answers the shards to run and whether a full report is wanted.
-
-    The same checks and answers as the fast lane (fast.py), which serves this
-    path under ``llmgw serve``; here the beat is written at once rather than
-    at the next flush, and the shard list is read fresh.
-    """
-    check_length(request, HEARTBEAT_LIMIT)
-    secret = bearer(request)
-    body = read_json(request, HEARTBEAT_LIMIT)
-    problems = heartbeat_problems(body)
-    if problems:
-        raise Refused(400, "the heartbeat was not stored: " + "; ".join(problems))
-    ref = desk.lookup(secret)
-    if ref is None:
-        raise Refused(401, REVOKED)
-    answer = desk.accept(ref, body, timezone.now())
-    for pk, name in desk.flush().came_back:
-        live.publish(
-            [live.fleet_group(), live.node_group(pk)],
-            live.Update(kind="node.reachable", subject=name, data={"node": pk}),
-        )
-    answer["shards"] = assignments.for_node(ref.pk)
-    # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
-    collect = weight_collection.pending_for(ref.name)
-    if collect:
-        answer["collect"] = collect
-    else:
-        answer.pop("collect", None)
-    return JsonResponse(answer)

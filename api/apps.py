@@ -8,11 +8,4 @@ class ApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_save
-
         from api import schema  # noqa: F401 - registers the bearer scheme with drf-spectacular
-        from api.weight_collection import model_saved
-        from catalog.models import CatalogModel
-
-        # A model that refers to weights asked to be collected cancels their deletion.
-        post_save.connect(model_saved, sender=CatalogModel, dispatch_uid="api.weights.model_saved")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inventory.signals import HeartbeatTables
 from placement.models import ReplicaState, Shard
 
 
@@ -30,6 +31,11 @@ def for_nodes(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
     for shard in shards.select_related("replica__model", "replica__profile").order_by("replica_id", "rank"):
         table.setdefault(shard.node_id, []).append(_describe(shard))
     return table
+
+
+def heartbeat_tables(sender, **kwargs) -> HeartbeatTables:
+    """``heartbeat_answers_wanted``: every node's shards, for the heartbeat desk's copy (see :func:`for_nodes`)."""
+    return HeartbeatTables(shards=for_nodes())
 
 
 def _describe(shard: Shard) -> dict:

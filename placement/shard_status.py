@@ -233,7 +233,7 @@ def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> N
 
 
 def follow(reports: list[tuple[int, str, list]], came_back: list[tuple[int, str]] = ()) -> None:
-    """The heartbeat desk's hook, once per flush: shard lists that changed, and nodes that came back.
+    """Once per heartbeat flush (through :func:`follow_flush`): shard lists that changed, and nodes that came back.
 
     Each node's shards are applied in a transaction of their own, so one odd
     report cannot hold back the others; a failure, a ready replacement or a
@@ -246,3 +246,11 @@ def follow(reports: list[tuple[int, str, list]], came_back: list[tuple[int, str]
             signals.shards_changed(name)
     for _pk, name in came_back:
         signals.node_state_changed(name)
+
+
+def follow_flush(
+    sender, *, shard_reports: list[tuple[int, str, list]], came_back: list[tuple[int, str]], **kwargs
+) -> None:
+    """``heartbeats_flushed`` (inventory/signals.py): :func:`follow` what the flush took, when it took any of it."""
+    if shard_reports or came_back:
+        follow(shard_reports, came_back)

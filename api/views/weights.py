@@ -13,11 +13,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from api.base import ApiView, Refused
-from api.models import WeightCollection
 from api.serializers.common import ERRORS, WRITE_ERRORS
 from api.serializers.weights import CollectRequestSerializer, CollectSerializer, OrphansSerializer
-from api.weight_collection import cancel_referred
+from catalog.models import WeightCollection
 from catalog.views_data import orphan_totals, orphan_weights
+from catalog.weights import cancel_referred
 from inventory.models import Node
 
 COLLECT_NOTE = (

@@ -14,8 +14,8 @@ import json
 import httpx
 import pytest
 
-from agentapi.desk import desk
 from inventory.fabric_inventory import analyze_inventory
+from inventory.heartbeats import desk
 from inventory.models import IBPort
 from llmgw.asgi import application
 from tests.agentapi.agenthttp import post

@@ -1,4 +1,4 @@
-"""The heartbeat fast lane: the same answers as the Django view, without touching the database per beat."""
+"""The heartbeat fast lane, the heartbeat's one path: answers and refusals without touching the database per beat."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentapi.desk import desk
+from agentapi.limits import REVOKED, SEND_BEARER, USE_POST
+from inventory.heartbeats import desk
 from inventory.models import Node
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token
+from tests.agentapi.agenthttp import HEARTBEAT, asgi
 from tests.agentapi.reports import report
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,17 +81,25 @@ def test_a_warm_desk_answers_without_any_query(fleet):
         (b"x" * (256 * 1024 + 1), 413, "at most"),
     ],
 )
-def test_refusals_read_like_the_django_views(client, fleet, body, status, words):
-    fast = asyncio.run(beats(fleet[:1], body))[0]
-    content = body if isinstance(body, bytes) else json.dumps(body)
-    slow = client.post(
-        "/api/v1/agent/heartbeat",
-        data=content,
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {fleet[0]}",
-    )
-    assert fast.status_code == slow.status_code == status
-    assert fast.json() == slow.json() and words in fast.json()["error"]
+def test_refusals_are_a_status_and_a_sentence(fleet, body, status, words):
+    answer = asyncio.run(beats(fleet[:1], body))[0]
+    assert answer.status_code == status and words in answer.json()["error"]
+    assert not desk.pending, "a refused beat is not queued"
+
+
+@pytest.mark.parametrize(
+    ("token", "status", "error"),
+    [("", 401, SEND_BEARER), ("llmgw_node_forged", 401, REVOKED)],
+)
+def test_a_beat_without_a_known_credential_is_refused(fleet, token, status, error):
+    answer = asyncio.run(beats([token], {}))[0]
+    assert (answer.status_code, answer.json()) == (status, {"error": error})
+
+
+def test_only_post_is_taken_on_the_heartbeat_path(fleet):
+    answer = asgi(HEARTBEAT, fleet[0], method="GET")
+    assert (answer.status_code, answer.headers["allow"]) == (405, "POST")
+    assert answer.json() == {"error": USE_POST}
 
 
 def test_a_revoked_credential_stops_within_a_flush(client, fleet):

@@ -4,10 +4,11 @@ The payloads are real reports (the simulator's, built from hardware captures,
 and the hand-built one of reports.py) with a few leaves mutated — long, NUL,
 huge, negative, wrong type, empty — or swapped for node B's own identifiers
 (its name, hostname, GPU UUIDs, adapters, replica, fabric); heartbeats that
-claim B's shards and rank 0's endpoint; scans for B's fabric. Each is sent
-both through Django's test client (the views) and through the ASGI
-application (the heartbeat and report fast lanes), and the heartbeat desk is
-flushed after each, since the flush is where queued beats are written.
+claim B's shards and rank 0's endpoint; scans for B's fabric. Reports,
+registrations and scans are sent both through Django's test client (the
+views) and through the ASGI application (the report's fast lane); heartbeats
+through the ASGI application, their one path. The heartbeat desk is flushed
+after each, since the flush is where queued beats are written.
 
 Node B is the rank 0 of a replica that A holds rank 1 of, has a ready
 endpoint, and is assigned its fabric's topology scan.
@@ -27,9 +28,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentapi.desk import desk
-from api.models import WeightCollection
+from catalog.models import WeightCollection
 from inventory import scans
+from inventory.heartbeats import desk
 from inventory.models import GPU, FabricScan, IBPort, Node, SubnetManagerChange
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token
@@ -242,7 +243,7 @@ def test_no_heartbeat_from_node_a_changes_node_bs_rows(world, data):
         "report_digest": "x",
     }
     body = data.draw(st.one_of(st.just(beat), mutated(beat, world.b_words())))
-    check(world, data.draw(LANES), "heartbeat", world.a_credential, body)
+    check(world, "fast", "heartbeat", world.a_credential, body)
 
 
 @EXAMPLES

@@ -1,4 +1,4 @@
-"""The agent protocol end to end through Django: register, report, heartbeat, and every refusal.
+"""The agent protocol end to end: register and report through Django, heartbeats through the fast lane, every refusal.
 
 Each refusal is checked to leave the stored inventory exactly as it was.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from catalog.models import WeightCollection
 from inventory.models import GPU, IBPort, JoinToken, Node, NVLinkDomain, SubnetManagerChange
-from tests.agentapi.agenthttp import post, register, snapshot
+from tests.agentapi.agenthttp import HEARTBEAT, asgi, flush, heartbeat, post, register, snapshot
 from tests.agentapi.reports import CLUSTER, gpu, report
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,8 +33,8 @@ def test_the_same_machine_keeps_its_identity(client, join, node):
     assert again.status_code == 200
     assert Node.objects.count() == 1
     fresh = again.json()["credential"]
-    assert post(client, "heartbeat", {}, fresh).status_code == 200
-    assert post(client, "heartbeat", {}, node).status_code == 401, "the old credential is revoked"
+    assert heartbeat(fresh, {}).status_code == 200
+    assert heartbeat(node, {}).status_code == 401, "the old credential is revoked"
 
 
 def test_another_machine_cannot_take_a_registered_name(client, join, node):
@@ -57,7 +58,7 @@ def test_a_revoked_join_token_is_refused_but_registered_nodes_go_on(client, join
     JoinToken.objects.update(revoked_at=timezone.now())
     answer = register(client, join, name="tray-02", machine_id="m-2")
     assert answer.status_code == 401 and "revoked" in answer.json()["error"]
-    assert post(client, "heartbeat", {}, node).status_code == 200
+    assert heartbeat(node, {}).status_code == 200
 
 
 def test_a_report_writes_only_what_changed(client, node, django_assert_max_num_queries):
@@ -123,7 +124,7 @@ def test_a_credential_writes_only_its_own_node(client, join, node):
 )
 def test_bad_bodies_are_refused_and_nothing_changes(client, node, path, body, raw, status, words):
     before = snapshot()
-    answer = post(client, path, body, node, raw=raw)
+    answer = heartbeat(node, body, raw=raw) if path == "heartbeat" else post(client, path, body, node, raw=raw)
     assert answer.status_code == status, answer.content
     assert words in answer.json()["error"]
     assert snapshot() == before
@@ -131,32 +132,32 @@ def test_bad_bodies_are_refused_and_nothing_changes(client, node, path, body, ra
 
 def test_wrong_credentials_are_refused_with_a_sentence(client, node):
     before = snapshot()
-    for path in ("report", "heartbeat"):
-        answer = post(client, path, report(), "llmgw_node_forged")
+    for answer in (post(client, "report", report(), "llmgw_node_forged"), heartbeat("llmgw_node_forged", report())):
         assert answer.status_code == 401 and "register again" in answer.json()["error"]
-    assert client.get("/api/v1/agent/heartbeat").status_code == 405
+    not_posted = asgi(HEARTBEAT, node, method="GET")
+    assert not_posted.status_code == 405 and not_posted.headers["allow"] == "POST"
     assert snapshot() == before
 
 
-def test_a_heartbeat_is_written_at_once_by_the_django_view(client, node):
-    answer = post(client, "heartbeat", {"load": {"cpu_percent": 50.0}, "shards": []}, node)
+def test_a_heartbeat_is_queued_and_written_by_the_flush(client, node):
+    answer = asgi(HEARTBEAT, node, {"load": {"cpu_percent": 50.0}, "shards": []})
     assert answer.status_code == 200
     assert answer.json() == {"shards": [], "send_report": False}
+    assert Node.objects.get().load != {"cpu_percent": 50.0}, "queued, not yet written"
+    flush()
     assert Node.objects.get().load == {"cpu_percent": 50.0}
 
 
 def test_a_heartbeat_asks_for_a_report_when_the_server_holds_another(client, node):
-    assert post(client, "heartbeat", {"report_digest": "something-else"}, node).json()["send_report"] is True
+    assert heartbeat(node, {"report_digest": "something-else"}).json()["send_report"] is True
 
 
 def test_weights_to_collect_ride_on_the_heartbeat_and_come_back_done(client, node):
-    from api.models import WeightCollection
-
     WeightCollection.objects.create(node="tray-01", path="/models/old", requested_by="olive")
-    answer = post(client, "heartbeat", {}, node).json()
+    answer = heartbeat(node, {}).json()
     assert answer["collect"] == ["/models/old"]
-    answer = post(client, "heartbeat", {"collected": [{"path": "/models/old"}]}, node).json()
-    assert "collect" not in answer
+    heartbeat(node, {"collected": [{"path": "/models/old"}]})
     done = WeightCollection.objects.get()
     assert done.done_at is not None and done.error == ""
-    assert post(client, "heartbeat", {"collected": "all"}, node).status_code == 400
+    assert "collect" not in heartbeat(node, {}).json(), "the next answer no longer asks for it"
+    assert heartbeat(node, {"collected": "all"}).status_code == 400

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from inventory import reachability
+from inventory.heartbeats import desk
 from inventory.models import GPU, FleetEvent, Node, NVLinkDomain
 
 pytestmark = pytest.mark.django_db
@@ -16,9 +17,7 @@ T0 = timezone.now()
 
 
 def ingest_heartbeat(node: Node, beat: dict, at) -> bool:
-    """A heartbeat through the desk, written at once; True when the node came back."""
-    from agentapi.desk import desk
-
+    """A heartbeat queued at the desk and flushed at once; True when the node came back."""
     node.credential_digest = node.credential_digest or f"digest-{node.pk}"
     Node.objects.filter(pk=node.pk).update(credential_digest=node.credential_digest)
     desk.remember(node)

@@ -7,17 +7,14 @@ sent a heartbeat again.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 
-import httpx
 import pytest
 
-from agentapi.desk import desk
+from inventory.heartbeats import desk
 from inventory.models import Node
-from llmgw.asgi import application
-from tests.agentapi.agenthttp import post, register, snapshot
+from tests.agentapi.agenthttp import HEARTBEAT, asgi, heartbeat, post, register, snapshot
 from tests.agentapi.reports import gpu, report
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,14 +90,6 @@ def test_a_nul_in_the_registration_itself_is_a_400(client, join):
     assert answer.status_code == 400 and "registration.machine_id" in answer.json()["error"]
 
 
-async def fast_lane(path: str, credential: str, content: bytes) -> httpx.Response:
-    transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://control") as http:
-        return await http.post(
-            path, content=content, headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
-        )
-
-
 HEARTBEATS = [
     ({"load": {"cpu_percent": float("nan")}}, "heartbeat.load.cpu_percent: nan is not a number"),
     ({"shards": [{"id": "r-0", "error": "boom\x00"}]}, "heartbeat.shards[0].error: 'boom\\x00' holds a NUL"),
@@ -110,25 +99,26 @@ HEARTBEATS = [
 
 
 @pytest.mark.parametrize(("beat", "words"), HEARTBEATS, ids=[w.split(":")[0] for _, w in HEARTBEATS])
-def test_an_unstorable_heartbeat_is_a_400_on_both_lanes_and_the_flush_still_writes_the_others(
-    client, join, node, beat, words
-):
+def test_an_unstorable_heartbeat_is_a_400_and_the_flush_still_writes_the_others(client, join, node, beat, words):
     other = register(client, join, name="tray-02", machine_id="m-2").json()["credential"]
     desk.pending.clear()
-    view = post(client, "heartbeat", None, node, raw=raw(beat))
-    assert view.status_code == 400 and words in view.json()["error"]
-    fast = asyncio.run(fast_lane("/api/v1/agent/heartbeat", node, raw(beat)))
-    assert fast.status_code == 400 and fast.json()["error"] == view.json()["error"]
-    good = asyncio.run(fast_lane("/api/v1/agent/heartbeat", other, b'{"load": {"cpu_percent": 7.0}}'))
+    refused = asgi(HEARTBEAT, node, raw=raw(beat))
+    assert refused.status_code == 400 and refused.json()["error"].startswith("the heartbeat was not stored: ")
+    assert words in refused.json()["error"]
+    good = asgi(HEARTBEAT, other, raw=b'{"load": {"cpu_percent": 7.0}}')
     assert good.status_code == 200
     assert desk.flush().written == 1, "one node's bad beat never reached the batch the others are written in"
     assert Node.objects.get(name="tray-02").load == {"cpu_percent": 7.0}
 
 
 @pytest.mark.parametrize("path", ["register", "report", "heartbeat", "scan"])
-def test_deeply_nested_json_is_a_400_with_a_sentence_on_every_agent_view(client, join, node, path, caplog):
+def test_deeply_nested_json_is_a_400_with_a_sentence_on_every_agent_endpoint(client, join, node, path, caplog):
     before = snapshot()
-    answer = post(client, path, None, join if path == "register" else node, raw=b"[" * 100_000 + b"]" * 100_000)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    if path == "heartbeat":
+        answer = heartbeat(node, raw=deep)
+    else:
+        answer = post(client, path, None, join if path == "register" else node, raw=deep)
     assert answer.status_code == 400 and "nested deeper than 64 levels" in answer.json()["error"]
     assert snapshot() == before
     assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
@@ -136,7 +126,7 @@ def test_deeply_nested_json_is_a_400_with_a_sentence_on_every_agent_view(client,
 
 def test_deeply_nested_json_is_a_400_on_the_fast_lane(node):
     deep = b'{"load": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    answer = asyncio.run(fast_lane("/api/v1/agent/heartbeat", node, deep))
+    answer = asgi(HEARTBEAT, node, raw=deep)
     assert answer.status_code == 400 and "nested deeper than 64 levels" in answer.json()["error"]
 
 
@@ -160,6 +150,6 @@ def test_a_refused_report_is_kept_on_the_node_until_one_is_taken_and_heartbeats_
     assert node_detail("tray-01")["report_error"] == stored.report_error
     (listed,) = node_list()
     assert any("last full report was refused" in w and "ib_ports[0].port" in w for w in listed["warnings"])
-    assert post(client, "heartbeat", {}, node).status_code == 200
+    assert heartbeat(node, {}).status_code == 200
     assert post(client, "report", report(), node).status_code == 200
     assert Node.objects.get().report_error == "" and "report_error" not in node_detail("tray-01")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from api.models import WeightCollection
+from catalog.models import WeightCollection
 from catalog.views_data import source_refers_to
 from core.models import AuditEntry
+from inventory.heartbeats import desk
 from inventory.models import Node
 from tests.api.fleet import add_model, ingest_fleet
 
@@ -115,8 +116,6 @@ def old_refers_again(how: str) -> None:
 
 
 def handed_out(node: str) -> list[str]:
-    from agentapi.desk import desk
-
     desk.refresh_shards()
     return desk.collections.get(node, [])
 

@@ -58,8 +58,8 @@ def setup(a: str, b: str, engine_url: str) -> dict[str, Any]:
 
     Answers the ids the agents' heartbeats name, and the gateway key's secret.
     """
-    from api.models import WeightCollection
     from catalog import service
+    from catalog.models import WeightCollection
     from gateway import keys
     from gateway.models import ApiKey, Budget, Price
     from placement.models import Replica

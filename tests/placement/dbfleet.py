@@ -8,10 +8,8 @@ production, not rows shaped by hand.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
-from django.test import Client
 from django.utils import timezone
 
 from agent.simulator import fleet as F
@@ -20,6 +18,7 @@ from core.tokens import hash_token
 from inventory import ingest
 from inventory.models import Node
 from placement.models import Replica, ReplicaState, Shard
+from tests.agentapi import agenthttp
 
 
 def register(sim: F.SimNode, now: datetime | None = None) -> Node:
@@ -83,13 +82,8 @@ def nodes_of(replica: Replica) -> list[str]:
 
 
 def heartbeat(node_name: str, shards: list[dict]) -> dict:
-    """The node's agent sends a heartbeat with these shard states, through the real endpoint."""
-    answer = Client().post(
-        "/api/v1/agent/heartbeat",
-        data=json.dumps({"shards": shards}),
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {credential(node_name)}",
-    )
+    """The node's agent sends a heartbeat with these shard states, through the real endpoint; then it is flushed."""
+    answer = agenthttp.heartbeat(credential(node_name), {"shards": shards})
     assert answer.status_code == 200, answer.content
     return answer.json()
 

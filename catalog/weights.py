@@ -4,23 +4,29 @@ A collect request names weights no model referred to *then*. A model added
 or edited since may refer to them again; such a deletion is cancelled, never
 handed out. It is checked:
 
-1. when a catalog model is saved (``api.apps`` connects :func:`model_saved`);
+1. when a catalog model is saved (``catalog.apps`` connects :func:`model_saved`);
 2. at each collect request (:func:`cancel_referred` before new rows are written);
 3. at hand-out, whenever the agents' list is built (:func:`pending_by_node`,
    :func:`pending_for`), which also catches a change no signal saw;
 4. on the node, where the agent refuses weights its own shards use (agent/collect.py).
+
+The heartbeat desk (inventory/heartbeats.py) hands out :func:`heartbeat_tables`
+and reports what agents did through ``heartbeats_flushed``
+(:func:`settle_collected`); ``catalog.apps`` connects both.
 
 A cancelled row is kept, done, with the reason in ``error``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import transaction
 from django.utils import timezone
 
-from api.models import WeightCollection
-from catalog.models import CatalogModel
+from catalog.models import CatalogModel, WeightCollection
 from catalog.views_data import source_refers_to
+from inventory.signals import HeartbeatTables
 
 
 def _pending(node: str | None = None) -> list[tuple[int, str, str, str]]:
@@ -71,3 +77,18 @@ def model_saved(sender, instance: CatalogModel, **kwargs) -> None:
     """A model was added or changed: once that commits, cancel what it refers to."""
     if instance.source:
         transaction.on_commit(cancel_referred)
+
+
+def heartbeat_tables(sender, **kwargs) -> HeartbeatTables:
+    """``heartbeat_answers_wanted``: each node's deletions, re-checked against the catalog at each refresh.
+
+    What a model refers to again is cancelled here, not handed out.
+    """
+    return HeartbeatTables(collect=pending_by_node())
+
+
+def settle_collected(sender, *, collected: list[tuple[str, dict]], at: datetime | None, **kwargs) -> None:
+    """``heartbeats_flushed``: mark the deletions agents reported: done, or the reason they could not."""
+    for node, done in collected:
+        rows = WeightCollection.objects.filter(node=node, path=done.get("path"), done_at__isnull=True)
+        rows.update(done_at=at or timezone.now(), error=str(done.get("error") or "")[:2000])

@@ -17,6 +17,13 @@ so the desk:
 
 A node that comes back after being marked unreachable is noticed at flush time
 and announced to the live pages then.
+
+This is the one way a heartbeat is taken, by production and the tests alike:
+the fast lane (agentapi/fast.py) parses the HTTP and calls :func:`refusal`,
+the desk's credential cache and :func:`take`; the flusher writes. What the
+beats say about shards and collected weights, and what the answers hand out
+of them, are placement's and the catalog's: the desk tells them through
+inventory/signals.py and never imports them.
 """
 
 from __future__ import annotations
@@ -32,8 +39,12 @@ from datetime import datetime
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from agent.protocol import report_digest
 from core.tokens import hash_token
-from inventory.models import Node
+from inventory.bounds import report_bounds
+from inventory.models import FabricScan, Node
+from inventory.report_schema import heartbeat_problems, report_problems
+from inventory.signals import HeartbeatTables, heartbeat_answers_wanted, heartbeats_flushed
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +127,7 @@ class HeartbeatDesk:
         # node pk -> the topology scan assigned to it and not yet handed out (inventory/scans.py)
         self.scans: dict[int, dict] = {}
         self.handed_out: list[int] = []
-        # node name -> paths an operator asked to have deleted (see api.models.WeightCollection)
+        # node name -> paths an operator asked to have deleted (see catalog.models.WeightCollection)
         self.collections: dict[str, list[str]] = {}
         self.collected: list[tuple[str, dict]] = []
 
@@ -231,18 +242,23 @@ class HeartbeatDesk:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.executemany(_update_sql(), rows)
         result.written = len(rows)
-        self._settle_collections(now_of(pending))
-        self._mark_scans_pending(now_of(pending))
-        if shard_reports or result.came_back:
-            # What the shards are doing moves Shard and Replica rows; placement owns that.
-            from placement import shard_status
-
-            shard_status.follow(shard_reports, result.came_back)
+        at = now_of(pending)
+        self._mark_scans_pending(at)
+        with self.lock:
+            collected, self.collected = self.collected, []
+        if shard_reports or result.came_back or collected:
+            # What the shards are doing moves Shard and Replica rows (placement's), and a reported
+            # deletion settles a WeightCollection row (the catalog's): they follow this signal.
+            heartbeats_flushed.send(
+                sender=HeartbeatDesk,
+                shard_reports=shard_reports,
+                came_back=result.came_back,
+                collected=collected,
+                at=at,
+            )
         return result
 
     def _mark_scans_pending(self, at: datetime | None) -> None:
-        from inventory.models import FabricScan
-
         with self.lock:
             handed, self.handed_out = self.handed_out, []
         if handed:
@@ -250,41 +266,63 @@ class HeartbeatDesk:
                 pending_since=at or timezone.now()
             )
 
-    def _settle_collections(self, at: datetime | None) -> None:
-        """Mark the deletions agents reported: done, or the reason they could not."""
-        from api.models import WeightCollection
-
-        with self.lock:
-            collected, self.collected = self.collected, []
-        for node, done in collected:
-            rows = WeightCollection.objects.filter(node=node, path=done.get("path"), done_at__isnull=True)
-            rows.update(done_at=at or timezone.now(), error=str(done.get("error") or "")[:2000])
-
     # --- what to run ---
 
     def refresh_shards(self) -> None:
-        from api import weight_collection
-        from inventory.models import FabricScan
-        from placement import assignments
-
-        table = assignments.for_nodes()
+        """Reload what the answers hand out: the higher apps' tables, and the scans assigned to nodes."""
+        tables = answer_tables()
         scans = {
             s.node_id: {"fabric": s.fabric_key, "hca": s.hca, "port": s.port, "pk": s.pk}
             for s in FabricScan.objects.filter(
                 assigned_at__isnull=False, pending_since__isnull=True, node__isnull=False
             )
         }
-        # Re-checked against the catalog at each refresh: what a model refers to again is cancelled, not handed out.
-        collections = weight_collection.pending_by_node()
         with self.lock:
-            self.shards = table
+            self.shards = tables.shards
             self.scans = {pk: scan for pk, scan in scans.items() if scan["pk"] not in self.handed_out}
-            self.collections = collections
+            self.collections = tables.collect
 
             self.shards_loaded = True
 
 
+def answer_tables() -> HeartbeatTables:
+    """What every higher app wants handed out in heartbeat answers (``heartbeat_answers_wanted``), merged."""
+    shards: dict[int, list[dict]] = {}
+    collect: dict[str, list[str]] = {}
+    for _receiver, part in heartbeat_answers_wanted.send(sender=HeartbeatDesk):
+        shards.update(part.shards)
+        collect.update(part.collect)
+    return HeartbeatTables(shards=shards, collect=collect)
+
+
 desk = HeartbeatDesk()
+
+
+def refusal(beat) -> str | None:
+    """Why this heartbeat cannot be taken, in the words the agent is answered (a 400); None when it can."""
+    problems = heartbeat_problems(beat)
+    return "the heartbeat was not stored: " + "; ".join(problems) if problems else None
+
+
+def take(ref: NodeRef, beat: dict) -> dict:
+    """Queue a valid heartbeat from a known node, for the next flush to write; the answer to send back."""
+    ensure_flusher()
+    return desk.accept(ref, beat, now())
+
+
+def take_unchanged_report(ref: NodeRef, report) -> dict | None:
+    """Queue a full report that says nothing new like a heartbeat, and answer it; None when it says something.
+
+    Only the common case is taken: a valid report whose digest matches the one
+    stored for the node. A changed report, a refused one, anything in doubt is
+    None, and the report view takes it (and answers as it always does).
+    """
+    if not ref.report_digest or not isinstance(report, dict):
+        return None
+    if report_problems(report, report_bounds()) or report_digest(report) != ref.report_digest:
+        return None
+    ensure_flusher()
+    return desk.accept_unchanged_report(ref, report, now())
 
 
 def flush_interval_s() -> float:

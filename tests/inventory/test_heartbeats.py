@@ -1,0 +1,71 @@
+"""The heartbeat desk tells the apps above inventory what it took, and hands out what they supply, through signals."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from inventory.heartbeats import HeartbeatDesk
+from inventory.models import Node
+from inventory.signals import HeartbeatTables, heartbeat_answers_wanted, heartbeats_flushed
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def known():
+    """A fresh desk (not the process's) that knows one registered node."""
+    node = Node.objects.create(name="tray-01", last_seen=timezone.now(), credential_digest="digest-1")
+    desk = HeartbeatDesk()
+    desk.remember(node)
+    return desk, desk.nodes["digest-1"], node
+
+
+@pytest.fixture
+def told():
+    """Every ``heartbeats_flushed`` sent while the test runs, as the keyword arguments a receiver gets."""
+    sent: list[dict] = []
+
+    def receiver(sender, **kwargs):
+        sent.append(kwargs)
+
+    heartbeats_flushed.connect(receiver, dispatch_uid="test.told")
+    yield sent
+    heartbeats_flushed.disconnect(dispatch_uid="test.told")
+
+
+def test_a_flush_tells_the_shards_the_nodes_back_and_the_collected_weights(known, told):
+    desk, ref, node = known
+    Node.objects.filter(pk=node.pk).update(reachable=False)
+    at = timezone.now()
+    shards = [{"id": "r-0", "replica": "r", "rank": 0, "state": "ready"}]
+    desk.accept(ref, {"shards": shards, "collected": [{"path": "/models/old"}]}, at)
+    assert told == [], "nothing is told before the flush"
+    desk.flush()
+    (said,) = told
+    assert said["shard_reports"] == [(node.pk, "tray-01", shards)]
+    assert said["came_back"] == [(node.pk, "tray-01")]
+    assert said["collected"] == [("tray-01", {"path": "/models/old"})]
+    assert said["at"] == at
+
+
+def test_a_beat_that_says_nothing_new_tells_nobody(known, told):
+    desk, ref, _ = known
+    desk.accept(ref, {"load": {"cpu_percent": 3.0}}, timezone.now())
+    assert desk.flush().written == 1
+    assert told == []
+
+
+def test_the_answers_hand_out_what_the_apps_above_supply(known):
+    desk, ref, node = known
+
+    def tables(sender, **kwargs):
+        return HeartbeatTables(shards={node.pk: [{"id": "r-0"}]}, collect={"tray-01": ["/models/old"]})
+
+    heartbeat_answers_wanted.connect(tables, dispatch_uid="test.tables")
+    try:
+        desk.refresh_shards()
+    finally:
+        heartbeat_answers_wanted.disconnect(dispatch_uid="test.tables")
+    answer = desk.accept(ref, {}, timezone.now())
+    assert answer == {"shards": [{"id": "r-0"}], "send_report": True, "collect": ["/models/old"]}
