@@ -33,6 +33,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from core.tokens import hash_token
+from inventory import signals
 from inventory.models import Node
 
 log = logging.getLogger(__name__)
@@ -306,8 +307,6 @@ class Flusher(threading.Thread):
         self.once()
 
     def once(self) -> None:
-        from dashboard import live
-
         close_old_connections()
         try:
             result = self.target.flush()
@@ -317,15 +316,7 @@ class Flusher(threading.Thread):
             return
         finally:
             close_old_connections()
-        live.publish_many(
-            [
-                (
-                    [live.fleet_group(), live.node_group(pk)],
-                    live.Update(kind="node.reachable", subject=name, data={"node": pk}),
-                )
-                for pk, name in result.came_back
-            ]
-        )
+        signals.nodes_came_back.send(sender=Node, nodes=result.came_back)
 
 
 _flusher: Flusher | None = None

@@ -23,8 +23,8 @@ from api import weight_collection
 from catalog import rules
 from core import jsonbody
 from core.tokens import hash_token, new_token
-from dashboard import live
 from inventory import ingest, scans
+from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
 from inventory.models import Node
 from inventory.report_schema import heartbeat_problems, report_problems, unstorable
@@ -86,29 +86,10 @@ def note_report_error(node: Node, message: str) -> None:
 
 
 def publish_changes(node: Node, result: ingest.IngestResult) -> None:
+    """Tell the apps above what a report changed (inventory's node_reported), once it is committed."""
     if not result.changed:
         return
-    update = live.Update(
-        kind="node.report",
-        subject=node.name,
-        data={
-            "node": node.pk,
-            "fields": result.node_fields,
-            "gpus_added": result.gpus_added,
-            "gpus_updated": result.gpus_updated,
-            "gpus_removed": result.gpus_removed,
-            "ports": result.ports_changed,
-            "domain_moves": result.domain_moves,
-        },
-    )
-    groups = [live.fleet_group(), live.node_group(node.pk)]
-    from inventory.models import NVLinkDomain
-
-    keys = {k for _, a, b in result.domain_moves for k in (a, b) if k}
-    for domain in NVLinkDomain.objects.filter(cluster_uuid__in={k.split("/")[0] for k in keys}):
-        if domain.key in keys:
-            groups.append(live.domain_group(domain.pk))
-    transaction.on_commit(lambda: live.publish(groups, update))
+    transaction.on_commit(lambda: inventory_signals.node_reported.send(sender=Node, node=node, result=result))
 
 
 @refusals
@@ -164,11 +145,7 @@ def register(request):
             note_report_error(node, "")
     desk.remember(node)
     if created:
-        transaction.on_commit(
-            lambda: live.publish(
-                [live.fleet_group()], live.Update(kind="node.registered", subject=name, data={"node": node.pk})
-            )
-        )
+        transaction.on_commit(lambda: inventory_signals.node_registered.send(sender=Node, node=node))
     return JsonResponse(
         {
             "node": name,
@@ -229,11 +206,7 @@ def heartbeat(request):
     if ref is None:
         raise Refused(401, REVOKED)
     answer = desk.accept(ref, body, timezone.now())
-    for pk, name in desk.flush().came_back:
-        live.publish(
-            [live.fleet_group(), live.node_group(pk)],
-            live.Update(kind="node.reachable", subject=name, data={"node": pk}),
-        )
+    inventory_signals.nodes_came_back.send(sender=Node, nodes=desk.flush().came_back)
     answer["shards"] = assignments.for_node(ref.pk)
     # This path reads fresh, like the shards above: this node's pending deletions, not the fleet's table.
     collect = weight_collection.pending_for(ref.name)
