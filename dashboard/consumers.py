@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import live
+from inventory.models import GPU, Node, NVLinkDomain
 
 FORBIDDEN = 4403
 
@@ -145,16 +146,12 @@ class DomainConsumer(LiveConsumer):
 
 @database_sync_to_async
 def _node_name(pk: int) -> str | None:
-    from inventory.models import Node
-
     return Node.objects.filter(pk=pk).values_list("name", flat=True).first()
 
 
 @database_sync_to_async
 def _domain_nodes(pk: int) -> tuple[str, set[str]] | None:
     """The domain's key and the nodes whose cards name it, joined or not (a tray that left keeps its ClusterUUID)."""
-    from inventory.models import GPU, NVLinkDomain
-
     domain = NVLinkDomain.objects.filter(pk=pk).first()
     if domain is None:
         return None
