@@ -22,11 +22,11 @@ from agentapi.limits import REPORT_LIMIT, too_large
 from catalog import rules
 from core import jsonbody
 from core.tokens import hash_token, new_token
-from dashboard import live
 from inventory import ingest, scans
+from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
 from inventory.heartbeats import desk
-from inventory.models import Node, NVLinkDomain
+from inventory.models import Node
 from inventory.report_schema import report_problems, unstorable
 from placement import assignments
 
@@ -86,27 +86,10 @@ def note_report_error(node: Node, message: str) -> None:
 
 
 def publish_changes(node: Node, result: ingest.IngestResult) -> None:
+    """Tell the apps above what a report changed (inventory's node_reported), once it is committed."""
     if not result.changed:
         return
-    update = live.Update(
-        kind="node.report",
-        subject=node.name,
-        data={
-            "node": node.pk,
-            "fields": result.node_fields,
-            "gpus_added": result.gpus_added,
-            "gpus_updated": result.gpus_updated,
-            "gpus_removed": result.gpus_removed,
-            "ports": result.ports_changed,
-            "domain_moves": result.domain_moves,
-        },
-    )
-    groups = [live.fleet_group(), live.node_group(node.pk)]
-    keys = {k for _, a, b in result.domain_moves for k in (a, b) if k}
-    for domain in NVLinkDomain.objects.filter(cluster_uuid__in={k.split("/")[0] for k in keys}):
-        if domain.key in keys:
-            groups.append(live.domain_group(domain.pk))
-    transaction.on_commit(lambda: live.publish(groups, update))
+    transaction.on_commit(lambda: inventory_signals.node_reported.send(sender=Node, node=node, result=result))
 
 
 @refusals
@@ -162,11 +145,7 @@ def register(request):
             note_report_error(node, "")
     desk.remember(node)
     if created:
-        transaction.on_commit(
-            lambda: live.publish(
-                [live.fleet_group()], live.Update(kind="node.registered", subject=name, data={"node": node.pk})
-            )
-        )
+        transaction.on_commit(lambda: inventory_signals.node_registered.send(sender=Node, node=node))
     return JsonResponse(
         {
             "node": name,

@@ -12,6 +12,9 @@ class DashboardConfig(AppConfig):
         # before llmgw/urls.py reads admin.site.urls.
         from django.contrib import admin
 
+        from dashboard import receivers
         from dashboard.site import install
 
         install(admin.site)
+        # The lower apps tell of changes through signals they declare; the live pages hear them here.
+        receivers.connect()

@@ -1,4 +1,4 @@
-"""The console's websockets: one per page, joining the groups dashboard.live publishes to.
+"""The console's websockets: one per page, each joining the one group dashboard.live publishes to.
 
 Each consumer forwards ``live.update`` messages to the browser as JSON
 (``{"kind", "subject", "data"}``) and nothing else: pages decide what to
@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import live
+from inventory.models import GPU, Node, NVLinkDomain
 
 FORBIDDEN = 4403
 
@@ -105,10 +106,8 @@ class FleetConsumer(LiveConsumer):
 class NodeConsumer(LiveConsumer):
     """One node's page: the messages that name the node.
 
-    Every publisher sends to ``fleet`` as well as to ``node.<pk>`` and
-    ``domain.<pk>``, and the reachability sweep sends to ``fleet`` alone (one
-    message for many nodes). So this joins ``fleet`` and picks its node out:
-    joining the node's group too would deliver each report twice.
+    Everything is published to ``fleet`` alone (the reachability sweep's one
+    message names many nodes), so this joins ``fleet`` and picks its node out.
     """
 
     async def live_groups(self) -> list[str] | None:
@@ -124,10 +123,9 @@ class NodeConsumer(LiveConsumer):
 class DomainConsumer(LiveConsumer):
     """One rack's page: messages about its trays, cards moving in or out of it, the rack going dark.
 
-    An IMEX outage on a tray is not a domain move, so it reaches the
-    ``domain.<pk>`` group not at all; the trays' own messages are what tell.
-    Like NodeConsumer, it listens on ``fleet`` (which every publisher
-    includes) so that nothing arrives twice.
+    An IMEX outage on a tray is not a domain move; the trays' own messages
+    are what tell. Like NodeConsumer, it listens on ``fleet``, where
+    everything is published, and picks out what concerns the rack.
     """
 
     async def live_groups(self) -> list[str] | None:
@@ -148,16 +146,12 @@ class DomainConsumer(LiveConsumer):
 
 @database_sync_to_async
 def _node_name(pk: int) -> str | None:
-    from inventory.models import Node
-
     return Node.objects.filter(pk=pk).values_list("name", flat=True).first()
 
 
 @database_sync_to_async
 def _domain_nodes(pk: int) -> tuple[str, set[str]] | None:
     """The domain's key and the nodes whose cards name it, joined or not (a tray that left keeps its ClusterUUID)."""
-    from inventory.models import GPU, NVLinkDomain
-
     domain = NVLinkDomain.objects.filter(pk=pk).first()
     if domain is None:
         return None

@@ -1,12 +1,17 @@
 """Telling open pages what changed: the one place that publishes to Channels groups.
 
-Groups: ``fleet`` (everything a fleet page shows), ``node.<pk>`` and
-``domain.<pk>``. Messages are small JSON dicts; consumers forward them as they
-are. Publishing never fails its caller: when the channel layer (Redis) is
-down, the database still holds the truth, so the change is logged and
-dropped, and publishing is skipped for a few seconds rather than making every
-heartbeat wait on a dead connection. Pages reload their state when their
-websocket reconnects, so nothing is lost for good.
+One group, ``fleet``: every page joins it and picks out what concerns it
+(dashboard.consumers), so messages sent to a group per node or NVLink domain
+as well reached nobody, and finding those groups cost a query per report.
+Messages are small JSON dicts, their kinds declared in dashboard.messages;
+consumers forward them as they are. Lower apps do not call this: they send
+their signals, which dashboard.receivers turns into messages.
+
+Publishing never fails its caller: when the channel layer (Redis) is down,
+the database still holds the truth, so the change is logged and dropped, and
+publishing is skipped for a few seconds rather than making every heartbeat
+wait on a dead connection. Pages reload their state when their websocket
+reconnects, so nothing is lost for good.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from asgiref.sync import async_to_sync
@@ -25,23 +31,19 @@ MESSAGE_TYPE = "live.update"
 
 
 class Update(TypedDict, total=False):
-    """What a page receives: what changed (``kind``) and about what (``subject``)."""
+    """What a page receives: what changed (``kind``, one of dashboard.messages) and about what (``subject``)."""
 
     kind: str
     subject: str
-    data: dict[str, Any]
+    data: Mapping[str, Any]
+
+
+FLEET = "fleet"
 
 
 def fleet_group() -> str:
-    return "fleet"
-
-
-def node_group(node_pk: int) -> str:
-    return f"node.{node_pk}"
-
-
-def domain_group(domain_pk: int) -> str:
-    return f"domain.{domain_pk}"
+    """The group every console page joins."""
+    return FLEET
 
 
 class _Breaker:

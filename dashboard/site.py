@@ -11,12 +11,12 @@ from __future__ import annotations
 from django.contrib.admin import AdminSite
 from django.urls import path
 
+from dashboard.views import fabrics, fleet, models, nodes, nvlink
+
 INDEX_TEMPLATE = "dashboard/admin_index.html"
 
 
 def console_urls(site: AdminSite) -> list:
-    from dashboard.views import fabrics, fleet, models, nodes, nvlink
-
     v = site.admin_view
     return [
         path("fleet/", v(fleet.page), name="console-fleet"),

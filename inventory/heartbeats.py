@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from agent.protocol import report_digest
 from core.tokens import hash_token
+from inventory import signals
 from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node
 from inventory.report_schema import heartbeat_problems, report_problems
@@ -344,8 +345,6 @@ class Flusher(threading.Thread):
         self.once()
 
     def once(self) -> None:
-        from dashboard import live
-
         close_old_connections()
         try:
             result = self.target.flush()
@@ -355,15 +354,7 @@ class Flusher(threading.Thread):
             return
         finally:
             close_old_connections()
-        live.publish_many(
-            [
-                (
-                    [live.fleet_group(), live.node_group(pk)],
-                    live.Update(kind="node.reachable", subject=name, data={"node": pk}),
-                )
-                for pk, name in result.came_back
-            ]
-        )
+        signals.nodes_came_back.send(sender=Node, nodes=result.came_back)
 
 
 _flusher: Flusher | None = None

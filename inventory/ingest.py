@@ -11,7 +11,7 @@ Steps for a full report, all in one transaction:
    changed columns, delete what is gone. NVLink domains are created the first
    time a card reports one and kept when they empty.
 4. Keep a history row whenever a port's master SM changes.
-5. After commit, tell the live pages what changed (see dashboard.live).
+5. After commit, the caller tells the apps above what changed (inventory.signals.node_reported).
 """
 
 from __future__ import annotations

@@ -1,10 +1,21 @@
 """What inventory tells the apps above it, without importing them.
 
-The heartbeat desk (inventory/heartbeats.py) takes in the nodes' liveness. What
-the beats also say — the shards' states, the weights deleted — and what their
-answers hand out — the shards to run, the weights to delete — belong to
-placement and the catalog, which sit above inventory. They connect to these
-signals in their AppConfig.ready(); inventory never imports them.
+Inventory sits low in the layers, so it cannot call placement, the catalog or
+the console; it sends one of these instead, and the app that cares connects to
+it in its AppConfig.ready(). Two kinds:
+
+- the heartbeat desk's (inventory/heartbeats.py): what the beats say beyond
+  liveness (shards' states, weights deleted) and what their answers hand out
+  (shards to run, weights to delete) belong to placement and the catalog;
+- changes the console's live pages show (``dashboard.receivers``): nodes
+  registered, reported, back, gone quiet. The agent API, beside the console
+  in the layers, sends these too where it drives inventory's writes.
+
+Each change is sent once it is committed (``transaction.on_commit`` where the
+sender is inside a transaction), so a receiver never hears of a row that was
+rolled back. A live-page receiver must not fail its sender: these are sent
+from the heartbeat path and from periodic tasks. Every one of those is sent
+with ``sender=Node``.
 """
 
 from __future__ import annotations
@@ -12,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.dispatch import Signal
+
+# --- the heartbeat desk's ---
 
 heartbeats_flushed = Signal()
 """Sent by each heartbeat flush, once its beats are written, when they said something beyond liveness.
@@ -47,3 +60,20 @@ class HeartbeatTables:
     shards: dict[int, list[dict]] = field(default_factory=dict)
     # node name -> weight paths that node's agent should delete (catalog.weights)
     collect: dict[str, list[str]] = field(default_factory=dict)
+
+
+# --- changes the live pages show ---
+
+# A node registered for the first time. ``node``: the Node.
+node_registered = Signal()
+
+# A full report changed what is stored about a node (sent only when ``result.changed``).
+# ``node``: the Node; ``result``: the inventory.ingest.IngestResult.
+node_reported = Signal()
+
+# Nodes that had been unreachable were heard from again. ``nodes``: a list of (pk, name), maybe empty.
+nodes_came_back = Signal()
+
+# The reachability sweep marked nodes unreachable or lost, or NVLink domains dark or back
+# (sent only when ``result.changed``). ``result``: the inventory.reachability.SweepResult.
+reachability_changed = Signal()

@@ -8,8 +8,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from core.locks import exclusive
-from dashboard import live
-from inventory import reachability
+from inventory import reachability, signals
+from inventory.models import Node
 
 
 def _seconds(name: str, default: float) -> float:
@@ -33,19 +33,7 @@ def check_reachability() -> dict:
             domain_lost_after_s=_seconds("LLMGW_DOMAIN_LOST_AFTER_S", reachability.DOMAIN_LOST_AFTER_S),
         )
     if result.changed:
-        live.publish(
-            [live.fleet_group()],
-            live.Update(
-                kind="fleet.reachability",
-                subject="fleet",
-                data={
-                    "unreachable": result.unreachable,
-                    "lost": result.lost,
-                    "domains_dark": result.domains_dark,
-                    "domains_back": result.domains_back,
-                },
-            ),
-        )
+        signals.reachability_changed.send(sender=Node, result=result)
     return {"unreachable": len(result.unreachable), "lost": len(result.lost)}
 
 

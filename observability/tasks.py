@@ -10,8 +10,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.locks import exclusive
-from core.models import TaskRun
-from observability import metrics, sweeps
+from core.models import Finding, TaskRun
+from observability import metrics, signals, sweeps
 
 RECONCILE_TASK = "placement.tasks.reconcile"
 DOCTOR_SWEEP_TASK = "observability.tasks.doctor_sweep"
@@ -37,16 +37,7 @@ def doctor_sweep() -> dict:
             return {"skipped": "another worker holds the lock"}
         result = sweeps.sweep(timezone.now())
     if result.changed:
-        from dashboard import live
-
-        live.publish(
-            [live.fleet_group()],
-            live.Update(
-                kind="fleet.findings",
-                subject="fleet",
-                data={"opened": [list(k) for k in result.opened], "resolved": [list(k) for k in result.resolved]},
-            ),
-        )
+        signals.findings_changed.send(sender=Finding, result=result)
     return {"opened": len(result.opened), "resolved": len(result.resolved), "open": result.still_open}
 
 

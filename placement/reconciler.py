@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from catalog.models import CatalogModel
 from core.models import AuditEntry
+from placement import signals
 from placement import snapshot as snap
 from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.scheduler import NewReplica, Plan, plan
@@ -251,12 +252,8 @@ def _explain(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) 
 
 
 def _publish(result: Result) -> None:
-    """Tell the live pages; a page that misses it catches up at its next load."""
+    """Tell the apps above (the live pages); a page that misses it catches up at its next load."""
     try:
-        from dashboard import live
-
-        live.publish(
-            [live.fleet_group()], live.Update(kind="placement.changed", subject="fleet", data=result.summary())
-        )
+        signals.placement_changed.send(sender=Replica, result=result)
     except Exception:
         log.exception("could not publish the placement update")

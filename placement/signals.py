@@ -11,6 +11,9 @@ process queues at most one every ``COALESCE_S``; a change inside that window
 is covered by one more, queued when the window ends. (A heartbeat flush that
 found 300 nodes back had queued 300 reconciles, one per node, and spent most
 of its time doing so.)
+
+The other direction too: ``placement_changed`` is the signal placement
+sends when a reconcile changed something, for the apps above to hear.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ import threading
 import time
 
 from django.db import transaction
+from django.dispatch import Signal
 
 log = logging.getLogger(__name__)
 COALESCE_S = 0.5
+
+# A reconcile changed replicas or explanations, sent once its transaction committed, for the apps above
+# (the console's live pages, dashboard.receivers) to hear without placement importing them.
+# ``sender``: placement.models.Replica; ``result``: the placement.reconciler.Result.
+placement_changed = Signal()
 
 
 class _Coalescer:

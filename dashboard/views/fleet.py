@@ -8,18 +8,10 @@ from django.http import HttpRequest, HttpResponse
 
 from dashboard.views import common
 from inventory.views_data import node_list
+from observability.findings import open_findings
 from observability.fleet_summary import summary
 
 SOCKET = "/ws/console/fleet/"
-
-
-def open_findings() -> list[dict] | None:
-    """The doctor's open findings; None when the piece that sweeps for them is not installed."""
-    try:
-        from observability.findings import open_findings as found
-    except ImportError:
-        return None
-    return found()
 
 
 def node_condition(node: dict[str, Any]) -> str:

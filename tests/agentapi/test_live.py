@@ -64,7 +64,7 @@ def fresh_breaker():
     live.breaker.reset()
 
 
-def test_a_report_is_pushed_to_the_fleet_and_node_groups(client, settings):
+def test_a_report_and_the_newcomer_are_pushed_to_the_fleet(client, settings):
     settings.CHANNEL_LAYERS = redis_layer(REDIS)
     fleet = listen(live.fleet_group())
     answer = post(client, "register", {"name": "tray-01", "machine_id": "m", "report": report()}, issue_join_token())

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from core.models import AuditEntry
+from core.models import AuditEntry, Finding, Severity
 from inventory.models import Node, NVLinkDomain
 from inventory.scans import record_scan
 from placement.models import PlacementExplanation
@@ -105,7 +105,21 @@ def test_the_fleet_page_counts_and_tiles(operator, fleet):
     assert 'data-node="cpu-00" data-condition="unreachable"' in page
     assert 'data-node="hgx-001" data-condition="ready"' in page
     assert '<tr data-class="h100-80g">' in page
-    assert "The doctor" in page or "No open findings" in page
+    assert "No open findings" in page
+
+
+def test_the_fleet_page_lists_the_doctors_open_findings(operator, fleet):
+    Finding.objects.create(
+        kind="imex_down",
+        subject="nvl72-00-tray-03",
+        message="IMEX is down",
+        severity=Severity.CRITICAL,
+        first_seen=timezone.now(),
+        last_seen=timezone.now(),
+    )
+    page = operator.get("/admin/fleet/").content.decode()
+    assert '<li class="bad"><strong>nvl72-00-tray-03</strong>: IMEX is down' in page
+    assert "No open findings" not in page
 
 
 def test_a_parked_model_is_on_the_fleet_page_with_a_link_to_why(operator, fleet):
