@@ -248,8 +248,6 @@ def unpark_model(name: str, *, actor: str) -> CatalogModel:
 
 def model_definition(model: CatalogModel) -> dict:
     """The model in the shape operators write (YAML / the API's POST body)."""
-    from catalog.definitions import ProfileSpec
-
     spec = ModelSpec(
         name=model.name,
         description=model.description,
@@ -259,22 +257,7 @@ def model_definition(model: CatalogModel) -> dict:
         min_replicas=model.min_replicas,
         max_replicas=model.max_replicas,
         idle_timeout_s=model.idle_timeout.total_seconds() if model.idle_timeout else None,
-        profiles=tuple(
-            ProfileSpec(
-                name=p.name,
-                engine=p.engine,
-                gpu_class=p.gpu_class,
-                gpus=p.gpus,
-                nodes=p.nodes,
-                tp=p.tp,
-                pp=p.pp,
-                memory_gb=p.memory_gb,
-                pool=p.pool,
-                engine_args=tuple(p.engine_args),
-                env=tuple(sorted(p.env.items())),
-            )
-            for p in model.profiles.order_by("position", "name")
-        ),
+        profiles=tuple(p.spec() for p in model.profiles.order_by("position", "name")),
     )
     # Aliases are compared as written, in the spec's order.
     return spec_to_definition(spec)

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 from django.db.models import Count, Q
 
+from catalog.definitions import ProfileSpec, profile_definition
 from catalog.models import CapacityMeasurement, CatalogModel
 
 
@@ -49,7 +50,7 @@ def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]
         # The seeds' type: the profiles' names, which scripts join and print. The
         # full definitions sit beside them under a name of their own.
         "profiles": [p.name for p in m.profiles.all()],
-        "profile_specs": [_profile_view(p) for p in m.profiles.all()],
+        "profile_specs": [_profile_view(p.spec()) for p in m.profiles.all()],
         "parked": m.parked_at is not None,
         # The scheduler's last word was that it could not place what the model wants.
         "unplaceable": unplaced,
@@ -65,20 +66,11 @@ def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]
     return view
 
 
-def _profile_view(p) -> dict[str, Any]:
-    view = {
-        "name": p.name,
-        "engine": p.engine,
-        "gpu_class": p.gpu_class,
-        "gpus": p.gpus,
-        "nodes": p.nodes,
-        "tp": p.tp,
-        "pp": p.pp,
-    }
-    if p.memory_gb is not None:
-        view["memory_gb"] = p.memory_gb
-    if p.pool:
-        view["pool"] = p.pool
+def _profile_view(p: ProfileSpec) -> dict[str, Any]:
+    """A profile as the API lists it: its definition, less the engine's arguments and environment."""
+    view = profile_definition(p)
+    view.pop("engine_args", None)
+    view.pop("env", None)
     return view
 
 
