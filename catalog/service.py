@@ -2,20 +2,19 @@
 
 Each function checks what only the database can tell (names taken, fallbacks
 that exist or loop), makes the change in one transaction, writes the audit
-log, and tells placement that something changed so it reconciles soon.
+log, and says that something changed (placement listens, and reconciles soon).
 Refusals are :class:`CatalogError` with the HTTP status that fits and a
 sentence that says what to fix.
 """
 
 from __future__ import annotations
 
-import importlib
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
-from catalog import rules
+from catalog import rules, signals
 from catalog.definitions import ModelSpec, parse_definition, spec_to_definition
 from catalog.models import Alias, CatalogModel, DeclaredIn, Fallback, Profile
 from core.models import AuditEntry
@@ -36,12 +35,8 @@ class CatalogError(Exception):
 
 
 def _notify(model_name: str) -> None:
-    """Ask placement to reconcile soon; a control plane without that hook simply waits for the next beat."""
-    try:
-        signals = importlib.import_module("placement.signals")
-    except ImportError:
-        return
-    transaction.on_commit(lambda: signals.catalog_changed(model_name))
+    """Say the model changed once the change is committed (placement listens, and reconciles soon)."""
+    transaction.on_commit(lambda: signals.model_changed.send(sender=CatalogModel, name=model_name))
 
 
 def _audit(actor: str, action: str, target: str, **detail: Any) -> None:
