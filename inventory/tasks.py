@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from core.locks import exclusive
 from dashboard import live
-from inventory import reachability
+from inventory import reachability, scans
 
 
 def _seconds(name: str, default: float) -> float:
@@ -52,8 +52,6 @@ def check_reachability() -> dict:
 @shared_task(name="inventory.tasks.plan_scans", ignore_result=True)
 def plan_scans() -> dict:
     """Choose which node maps each due fabric; nodes pick their scan up with their next full report."""
-    from inventory import scans
-
     with exclusive("inventory.tasks.plan_scans") as held:
         if not held:
             return {"skipped": "another worker holds the lock"}
