@@ -18,6 +18,7 @@ from catalog import rules, signals
 from catalog.definitions import ModelSpec, parse_definition, spec_to_definition
 from catalog.models import Alias, CatalogModel, DeclaredIn, Fallback, Profile
 from core.models import AuditEntry
+from inventory.models import GPU
 
 
 class Unset:
@@ -105,8 +106,6 @@ def _check_fallbacks(spec: ModelSpec) -> list[CatalogModel]:
 
 def class_warnings(spec: ModelSpec) -> list[str]:
     """GPU classes no node has ever reported: a warning, not a refusal — the hardware may be on its way."""
-    from inventory.models import GPU
-
     wanted = {p.gpu_class for p in spec.profiles if p.gpu_class != rules.CPU_CLASS}
     known = set(GPU.objects.filter(gpu_class__in=wanted).values_list("gpu_class", flat=True).distinct())
     return [f"no node has reported a {c} GPU yet; profiles using it wait for one" for c in sorted(wanted - known)]

@@ -1,4 +1,4 @@
-"""What the API and the console show of replicas and placement explanations.
+"""What the API and the console show of replicas, placement explanations, and models with their replicas.
 
 Both call these functions, so the two never disagree. A key left out means
 unknown. ``idle_seconds`` is -1 for a replica no request has been routed to
@@ -12,9 +12,11 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from catalog.models import CatalogModel
+from catalog.views_data import model_rows, model_view
 from inventory.models import Node, mig_label
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
@@ -151,3 +153,18 @@ def _rejection(r: dict) -> dict[str, Any]:
     if isinstance(r.get("nodes"), int):
         view["nodes"] = r["nodes"]
     return view
+
+
+# --- models with their replicas -----------------------------------------------------------
+
+
+def model_list(name: str | None = None) -> list[dict[str, Any]]:
+    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
+    counts = {
+        row["model_id"]: row
+        for row in Replica.objects.order_by()
+        .values("model_id")
+        .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
+    }
+    unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+    return [model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in model_rows(name)]
