@@ -1,4 +1,5 @@
-"""What the API and the console show of replicas, placement explanations, and models with their replicas.
+"""What the API and the console show of replicas and placement explanations, and of models and nodes
+with what is placed on them (the catalog's and the inventory's parts of those come from their own views_data).
 
 Both call these functions, so the two never disagree. A key left out means
 unknown. ``idle_seconds`` is -1 for a replica no request has been routed to
@@ -18,6 +19,8 @@ from django.utils import timezone
 from catalog.models import CatalogModel
 from catalog.views_data import model_rows, model_view
 from inventory.models import Node, mig_label
+from inventory.views_data import nodes
+from inventory.views_data.nodes import NodeUsage
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
@@ -168,3 +171,68 @@ def model_list(name: str | None = None) -> list[dict[str, Any]]:
     }
     unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
     return [model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in model_rows(name)]
+
+
+# --- nodes with what is placed on them ----------------------------------------------------
+
+
+def node_usage(node_id: int | None = None) -> NodeUsage:
+    """Which GPUs every node's shards (or one node's) hold, and how many replicas run there."""
+    # Every shard holds its GPUs, failed and stopping ones too: their
+    # processes may keep the memory until the agent has stopped them.
+    shards = Shard.objects.all() if node_id is None else Shard.objects.filter(node_id=node_id)
+    return NodeUsage(shards.values_list("node_id", "gpu_indices", "replica_id"))
+
+
+def node_list(
+    now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
+) -> list[dict[str, Any]]:
+    """Every node as ``ctl nodes`` and the console's node table show it (``inventory.views_data.nodes.node_list``).
+
+    ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
+    them; ``fields`` keeps only those top-level keys (``?fields=`` in the API).
+    """
+    return nodes.node_list(node_usage(), now, fields, wiring)
+
+
+def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
+    """One node with its cards, ports and the shards placed on it; None if unknown."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return None
+    return nodes.node_detail(node, node_usage(node.pk), gpu_holders(node.pk), node_shards(node), now)
+
+
+def gpu_holders(node_id: int) -> dict[int, str]:
+    """GPU index → the replica whose shard holds it on this node, as ``model#replica``."""
+    holders = {}
+    for replica_id, model, indices in Shard.objects.filter(node_id=node_id).values_list(
+        "replica_id", "replica__model__name", "gpu_indices"
+    ):
+        for i in indices or []:
+            holders[i] = f"{model}#{replica_id}"
+    return holders
+
+
+def node_shards(node: Node) -> list[dict[str, Any]]:
+    """The shards placed on a node, with what its agent last said of each (state, error, download)."""
+    reported = {s.get("id"): s for s in node.shard_status or [] if isinstance(s, dict)}
+    out = []
+    for s in Shard.objects.filter(node=node).select_related("replica__model").order_by("replica_id", "rank"):
+        sid = f"{s.replica_id}-{s.rank}"
+        view: dict[str, Any] = {
+            "id": sid,
+            "replica": s.replica_id,
+            "model": s.replica.model.name,
+            "rank": s.rank,
+            "gpus": [mig_label(i) for i in s.gpu_indices or [] if isinstance(i, int)],
+            "state": s.state,
+        }
+        agent = reported.get(sid) or {}
+        if isinstance(agent.get("state"), str):
+            view["reported_state"] = agent["state"]
+        error = s.error or (agent.get("error") if isinstance(agent.get("error"), str) else None)
+        if error:
+            view["error"] = error
+        out.append(view)
+    return out
