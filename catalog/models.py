@@ -199,6 +199,13 @@ class Profile(models.Model):
             fingerprint=self.fingerprint,
         )
 
+    def take(self, spec: ProfileSpec) -> None:
+        """Make the row hold the spec's content, the inverse of :meth:`spec`; saving takes the fingerprint again."""
+        self.name = spec.name
+        self.engine, self.gpu_class, self.memory_gb = spec.engine, spec.gpu_class, spec.memory_gb
+        self.gpus, self.nodes, self.tp, self.pp, self.pool = spec.gpus, spec.nodes, spec.tp, spec.pp, spec.pool
+        self.engine_args, self.env = list(spec.engine_args), dict(spec.env)
+
     def definition(self) -> dict:
         """What decides how the engine runs; the fingerprint is taken over this."""
         return self.spec().definition()

@@ -117,9 +117,7 @@ def _write(model: CatalogModel, spec: ModelSpec, targets: list[CatalogModel]) ->
     for position, p in enumerate(spec.profiles):
         profile = kept.pop(p.name, None) or Profile(model=model, name=p.name)
         profile.position = position
-        profile.engine, profile.gpu_class, profile.memory_gb = p.engine, p.gpu_class, p.memory_gb
-        profile.gpus, profile.nodes, profile.tp, profile.pp, profile.pool = p.gpus, p.nodes, p.tp, p.pp, p.pool
-        profile.engine_args, profile.env = list(p.engine_args), dict(p.env)
+        profile.take(p)
         profile.save()
     Profile.objects.filter(pk__in=[p.pk for p in kept.values()]).delete()
     Alias.objects.filter(model=model).exclude(name__in=spec.aliases).delete()

@@ -143,3 +143,13 @@ def test_the_fingerprint_is_taken_over_the_spec_and_kept_with_the_row():
     assert profile.fingerprint == rules.fingerprint(profile.spec().definition())
     Profile.objects.filter(pk=profile.pk).update(fingerprint="stored")
     assert Profile.objects.get().spec().fingerprint == "stored", "the row's fingerprint, not one taken again"
+
+
+def test_a_row_takes_a_spec_back_whole():
+    """Profile.take is the inverse of Profile.spec: what a row takes is what it reads back."""
+    spec, _ = parse_definition(
+        definition(profiles=[{"name": "p", "engine": "vllm", "gpu_class": "h100-80g", "env": {"A": "b"}, "pool": "x"}])
+    )
+    row = Profile()
+    row.take(spec.profiles[0])
+    assert row.spec() == spec.profiles[0] and row.env == {"A": "b"} and row.engine_args == []
