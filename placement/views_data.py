@@ -1,10 +1,13 @@
-"""What the API and the console show of replicas and placement explanations, and of models and nodes
-with what is placed on them (the catalog's and the inventory's parts of those come from their own views_data).
+"""What the API and the console show of placement: replicas, explanations, and models and nodes with theirs.
 
 Both call these functions, so the two never disagree. A key left out means
 unknown. ``idle_seconds`` is -1 for a replica no request has been routed to
 yet: that is what a replica looks like before anything asked for it (and
 after a router restart), which is not the same as idle.
+
+Models and nodes are listed here because the listings join placement's rows;
+the catalog's and the inventory's parts of each entry are built by their own
+views_data, which are handed what placement read.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from django.utils import timezone
 from catalog.models import CatalogModel
 from catalog.views_data import model_rows, model_view
 from inventory.models import Node, mig_label
-from inventory.views_data import nodes
+from inventory.views_data import nodes as inventory_nodes
 from inventory.views_data.nodes import NodeUsage
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
@@ -192,7 +195,7 @@ def node_list(
     ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
     them; ``fields`` keeps only those top-level keys (``?fields=`` in the API).
     """
-    return nodes.node_list(node_usage(), now, fields, wiring)
+    return inventory_nodes.node_list(node_usage(), now, fields, wiring)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
@@ -200,7 +203,7 @@ def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None
     node = Node.objects.filter(name=name).first()
     if node is None:
         return None
-    return nodes.node_detail(node, node_usage(node.pk), gpu_holders(node.pk), node_shards(node), now)
+    return inventory_nodes.node_detail(node, node_usage(node.pk), gpu_holders(node.pk), node_shards(node), now)
 
 
 def gpu_holders(node_id: int) -> dict[int, str]:
