@@ -29,7 +29,7 @@ from placement.scheduler import (
     ModelInfo,
     NodeInfo,
     Plan,
-    ProfileInfo,
+    ProfileSpec,
     ReplicaInfo,
     ShardInfo,
     Snapshot,
@@ -130,9 +130,9 @@ def fleet(rng: random.Random) -> list[NodeInfo]:
     return nodes
 
 
-def profile(name: str, gpu_class: str, gpus: int = 1, nodes: int = 1, memory_gb: float | None = None) -> ProfileInfo:
+def profile(name: str, gpu_class: str, gpus: int = 1, nodes: int = 1, memory_gb: float | None = None) -> ProfileSpec:
     engine = "llamacpp" if gpu_class == "cpu" else "vllm"
-    return ProfileInfo(
+    return ProfileSpec(
         name=name,
         engine=engine,
         gpu_class=gpu_class,
@@ -167,7 +167,7 @@ def catalog(rng: random.Random) -> list[ModelInfo]:
     return models
 
 
-def _profiles(kind: str, rng: random.Random) -> tuple[ProfileInfo, ...]:
+def _profiles(kind: str, rng: random.Random) -> tuple[ProfileSpec, ...]:
     if kind == "small":
         return (profile("h100", "h100-80g", rng.choice([1, 1, 2])), profile("mig", "a100-80g-mig-3g.40gb"))
     if kind == "large":

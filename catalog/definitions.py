@@ -36,6 +36,22 @@ SOURCE_SCHEMES = ("hf://", "file://", "https://", "http://")
 
 @dataclass(frozen=True)
 class ProfileSpec:
+    """One way to run a replica of a model: the one type for a profile's content, wherever it is read.
+
+    The parser makes one from a definition, a stored row gives one
+    (:meth:`catalog.models.Profile.spec`), and the scheduler places them.
+    ``gpus`` is GPUs per node (per shard); ``nodes`` how many nodes one replica
+    spans. ``gpu_class`` is a class like ``h100-80g``, a MIG class like
+    ``a100-80g-mig-3g.40gb``, or ``cpu`` with ``memory_gb``. ``pool`` set (not
+    blank) confines the profile to nodes labelled ``pool=<pool>``. ``env`` is
+    the engine's environment as sorted (name, value) pairs.
+
+    ``fingerprint`` is the catalog's hash of the definition as stored with the
+    row, to tell replicas placed under an older definition; blank for a
+    definition not stored yet. It is no part of the content: two specs that
+    differ only in it are equal, and :meth:`definition` leaves it out.
+    """
+
     name: str
     engine: str
     gpu_class: str
@@ -47,6 +63,34 @@ class ProfileSpec:
     pool: str = ""
     engine_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    fingerprint: str = field(default="", compare=False)
+
+    def definition(self) -> dict[str, Any]:
+        """What decides how the engine runs; the catalog's fingerprint is taken over this."""
+        return {
+            "engine": self.engine,
+            "gpu_class": self.gpu_class,
+            "memory_gb": self.memory_gb,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "tp": self.tp,
+            "pp": self.pp,
+            "pool": self.pool,
+            "engine_args": list(self.engine_args),
+            "env": dict(self.env),
+        }
+
+    def problems(self) -> list[str]:
+        """What is wrong with this profile's shape, in an operator's words (none: fine)."""
+        return rules.profile_problems(
+            engine=self.engine,
+            gpu_class=self.gpu_class,
+            gpus=self.gpus,
+            nodes=self.nodes,
+            tp=self.tp,
+            pp=self.pp,
+            memory_gb=self.memory_gb,
+        )
 
 
 @dataclass(frozen=True)
@@ -189,11 +233,7 @@ def _profile(data: Any, i: int, problems: list[str]) -> ProfileSpec | None:
         problems.append(f"{where}.env must map names to string values (quote numbers)")
         env = {}
     problems += rules.launch_problems(args, env, f"{where}.")
-    shape = rules.profile_problems(
-        engine=engine, gpu_class=gpu_class, gpus=gpus, nodes=nodes, tp=tp, pp=pp, memory_gb=memory
-    )
-    problems += [f"profile {name}: {p}" for p in shape]
-    return ProfileSpec(
+    spec = ProfileSpec(
         name=name,
         engine=engine,
         gpu_class=gpu_class,
@@ -206,6 +246,8 @@ def _profile(data: Any, i: int, problems: list[str]) -> ProfileSpec | None:
         engine_args=tuple(args),
         env=tuple(sorted(env.items())),
     )
+    problems += [f"profile {name}: {p}" for p in spec.problems()]
+    return spec
 
 
 def parse_definition(data: Any) -> tuple[ModelSpec | None, list[str]]:
@@ -270,11 +312,12 @@ def spec_to_definition(spec: ModelSpec) -> dict:
     if spec.idle_timeout_s is not None:
         scaling["idle_timeout"] = format_duration(spec.idle_timeout_s)
     out["scaling"] = scaling
-    out["profiles"] = [_profile_out(p) for p in spec.profiles]
+    out["profiles"] = [profile_definition(p) for p in spec.profiles]
     return out
 
 
-def _profile_out(p: ProfileSpec) -> dict:
+def profile_definition(p: ProfileSpec) -> dict:
+    """One profile in the shape operators write it; a field at its default-empty value is left out."""
     out: dict[str, Any] = {
         "name": p.name,
         "engine": p.engine,

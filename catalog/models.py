@@ -10,6 +10,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from catalog import rules
+from catalog.definitions import ProfileSpec
 
 
 class Engine(models.TextChoices):
@@ -173,24 +174,18 @@ class Profile(models.Model):
         self.fingerprint = rules.fingerprint(self.definition())
         super().save(*args, **kwargs)
 
-    def definition(self) -> dict:
-        """What decides how the engine runs; the fingerprint is taken over this."""
-        return {
-            "engine": self.engine,
-            "gpu_class": self.gpu_class,
-            "memory_gb": self.memory_gb,
-            "gpus": self.gpus,
-            "nodes": self.nodes,
-            "tp": self.tp,
-            "pp": self.pp,
-            "pool": self.pool,
-            "engine_args": self.engine_args,
-            "env": self.env,
-        }
+    def spec(self) -> ProfileSpec:
+        """This profile as the one spec type that definitions, the API and the scheduler all read.
 
-    def clean(self) -> None:
-        problems = [p for p in [rules.name_problem("profile name", self.name)] if p]
-        problems += rules.profile_problems(
+        The one place a row's fields are copied out. A form's blank number is
+        None until Django refuses it, and reads as 0 here so :meth:`clean`
+        still lists every problem; engine arguments that are not a list, or an
+        environment that is not a mapping, read as none (``clean`` refuses them).
+        """
+        args = self.engine_args if isinstance(self.engine_args, list) else []
+        env = self.env if isinstance(self.env, dict) else {}
+        return ProfileSpec(
+            name=self.name,
             engine=self.engine,
             gpu_class=self.gpu_class,
             gpus=self.gpus or 0,
@@ -198,7 +193,26 @@ class Profile(models.Model):
             tp=self.tp or 0,
             pp=self.pp or 0,
             memory_gb=self.memory_gb,
+            pool=self.pool,
+            engine_args=tuple(args),
+            env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+            fingerprint=self.fingerprint,
         )
+
+    def take(self, spec: ProfileSpec) -> None:
+        """Make the row hold the spec's content, the inverse of :meth:`spec`; saving takes the fingerprint again."""
+        self.name = spec.name
+        self.engine, self.gpu_class, self.memory_gb = spec.engine, spec.gpu_class, spec.memory_gb
+        self.gpus, self.nodes, self.tp, self.pp, self.pool = spec.gpus, spec.nodes, spec.tp, spec.pp, spec.pool
+        self.engine_args, self.env = list(spec.engine_args), dict(spec.env)
+
+    def definition(self) -> dict:
+        """What decides how the engine runs; the fingerprint is taken over this."""
+        return self.spec().definition()
+
+    def clean(self) -> None:
+        problems = [p for p in [rules.name_problem("profile name", self.name)] if p]
+        problems += self.spec().problems()
         if not isinstance(self.engine_args, list) or not all(isinstance(a, str) for a in self.engine_args):
             problems.append("engine arguments must be a list of strings")
         if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):

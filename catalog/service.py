@@ -2,23 +2,23 @@
 
 Each function checks what only the database can tell (names taken, fallbacks
 that exist or loop), makes the change in one transaction, writes the audit
-log, and tells placement that something changed so it reconciles soon.
+log, and says that something changed (placement listens, and reconciles soon).
 Refusals are :class:`CatalogError` with the HTTP status that fits and a
 sentence that says what to fix.
 """
 
 from __future__ import annotations
 
-import importlib
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
-from catalog import rules
+from catalog import rules, signals
 from catalog.definitions import ModelSpec, parse_definition, spec_to_definition
 from catalog.models import Alias, CatalogModel, DeclaredIn, Fallback, Profile
 from core.models import AuditEntry
+from inventory.models import GPU
 
 
 class Unset:
@@ -36,12 +36,8 @@ class CatalogError(Exception):
 
 
 def _notify(model_name: str) -> None:
-    """Ask placement to reconcile soon; a control plane without that hook simply waits for the next beat."""
-    try:
-        signals = importlib.import_module("placement.signals")
-    except ImportError:
-        return
-    transaction.on_commit(lambda: signals.catalog_changed(model_name))
+    """Say the model changed once the change is committed (placement listens, and reconciles soon)."""
+    transaction.on_commit(lambda: signals.model_changed.send(sender=CatalogModel, name=model_name))
 
 
 def _audit(actor: str, action: str, target: str, **detail: Any) -> None:
@@ -110,8 +106,6 @@ def _check_fallbacks(spec: ModelSpec) -> list[CatalogModel]:
 
 def class_warnings(spec: ModelSpec) -> list[str]:
     """GPU classes no node has ever reported: a warning, not a refusal — the hardware may be on its way."""
-    from inventory.models import GPU
-
     wanted = {p.gpu_class for p in spec.profiles if p.gpu_class != rules.CPU_CLASS}
     known = set(GPU.objects.filter(gpu_class__in=wanted).values_list("gpu_class", flat=True).distinct())
     return [f"no node has reported a {c} GPU yet; profiles using it wait for one" for c in sorted(wanted - known)]
@@ -123,9 +117,7 @@ def _write(model: CatalogModel, spec: ModelSpec, targets: list[CatalogModel]) ->
     for position, p in enumerate(spec.profiles):
         profile = kept.pop(p.name, None) or Profile(model=model, name=p.name)
         profile.position = position
-        profile.engine, profile.gpu_class, profile.memory_gb = p.engine, p.gpu_class, p.memory_gb
-        profile.gpus, profile.nodes, profile.tp, profile.pp, profile.pool = p.gpus, p.nodes, p.tp, p.pp, p.pool
-        profile.engine_args, profile.env = list(p.engine_args), dict(p.env)
+        profile.take(p)
         profile.save()
     Profile.objects.filter(pk__in=[p.pk for p in kept.values()]).delete()
     Alias.objects.filter(model=model).exclude(name__in=spec.aliases).delete()
@@ -248,8 +240,6 @@ def unpark_model(name: str, *, actor: str) -> CatalogModel:
 
 def model_definition(model: CatalogModel) -> dict:
     """The model in the shape operators write (YAML / the API's POST body)."""
-    from catalog.definitions import ProfileSpec
-
     spec = ModelSpec(
         name=model.name,
         description=model.description,
@@ -259,22 +249,7 @@ def model_definition(model: CatalogModel) -> dict:
         min_replicas=model.min_replicas,
         max_replicas=model.max_replicas,
         idle_timeout_s=model.idle_timeout.total_seconds() if model.idle_timeout else None,
-        profiles=tuple(
-            ProfileSpec(
-                name=p.name,
-                engine=p.engine,
-                gpu_class=p.gpu_class,
-                gpus=p.gpus,
-                nodes=p.nodes,
-                tp=p.tp,
-                pp=p.pp,
-                memory_gb=p.memory_gb,
-                pool=p.pool,
-                engine_args=tuple(p.engine_args),
-                env=tuple(sorted(p.env.items())),
-            )
-            for p in model.profiles.order_by("position", "name")
-        ),
+        profiles=tuple(p.spec() for p in model.profiles.order_by("position", "name")),
     )
     # Aliases are compared as written, in the spec's order.
     return spec_to_definition(spec)

@@ -1,39 +1,40 @@
 """What the API and the console show of the catalog: models, measured capacity, orphaned weights.
 
 Both call these functions, so the two never disagree. A key left out means
-unknown or not set.
+unknown or not set. The model listing with its replicas joins placement's
+rows, so it is placement's (``placement.views_data.model_list``); the
+catalog's part of each entry is :func:`model_view`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from django.db.models import Count, Q
+from django.db.models import QuerySet
 
+from catalog.definitions import ProfileSpec, profile_definition
 from catalog.models import CapacityMeasurement, CatalogModel
+from inventory.models import Node
 
 
-def model_list(name: str | None = None) -> list[dict[str, Any]]:
-    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
-    from placement.models import PlacementExplanation, Replica
-    from placement.views_data import COUNTING
-
-    counts = {
-        row["model_id"]: row
-        for row in Replica.objects.order_by()
-        .values("model_id")
-        .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
-    }
-    unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+def model_rows(name: str | None = None) -> QuerySet[CatalogModel]:
+    """Every model (or the one called ``name``) by name, with what :func:`model_view` reads fetched alongside."""
     models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target").order_by("name")
     if name is not None:
         models = models.filter(name=name)
-    return [_model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in models]
+    return models
 
 
-def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]:
+def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> dict[str, Any]:
+    """One model with its scaling and profiles, and what placement says of it, which the caller reads.
+
+    ``counts`` are its replicas, ``ready`` and in ``total`` (pending, starting
+    and ready); ``unplaced`` is the scheduler's last word that it cannot place
+    what the model wants. ``placement.views_data.model_list`` reads both.
+    """
     view: dict[str, Any] = {
         "name": m.name,
         "source": m.source,
@@ -49,7 +50,7 @@ def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]
         # The seeds' type: the profiles' names, which scripts join and print. The
         # full definitions sit beside them under a name of their own.
         "profiles": [p.name for p in m.profiles.all()],
-        "profile_specs": [_profile_view(p) for p in m.profiles.all()],
+        "profile_specs": [_profile_view(p.spec()) for p in m.profiles.all()],
         "parked": m.parked_at is not None,
         # The scheduler's last word was that it could not place what the model wants.
         "unplaceable": unplaced,
@@ -65,20 +66,11 @@ def _model_view(m: CatalogModel, counts: dict, unplaced: bool) -> dict[str, Any]
     return view
 
 
-def _profile_view(p) -> dict[str, Any]:
-    view = {
-        "name": p.name,
-        "engine": p.engine,
-        "gpu_class": p.gpu_class,
-        "gpus": p.gpus,
-        "nodes": p.nodes,
-        "tp": p.tp,
-        "pp": p.pp,
-    }
-    if p.memory_gb is not None:
-        view["memory_gb"] = p.memory_gb
-    if p.pool:
-        view["pool"] = p.pool
+def _profile_view(p: ProfileSpec) -> dict[str, Any]:
+    """A profile as the API lists it: its definition, less the engine's arguments and environment."""
+    view = profile_definition(p)
+    view.pop("engine_args", None)
+    view.pop("env", None)
     return view
 
 
@@ -138,8 +130,6 @@ def orphan_weights() -> list[dict[str, Any]]:
     Nodes that did not look for weights (``weights`` NULL) are left out: they
     hold nothing known, which is not the same as holding orphans.
     """
-    from inventory.models import Node
-
     sources = [s for s in CatalogModel.objects.values_list("source", flat=True) if s]
     out = []
     for node, weights in Node.objects.exclude(weights__isnull=True).order_by("name").values_list("name", "weights"):

@@ -9,7 +9,9 @@ it in its AppConfig.ready(). Two kinds:
   (shards to run, weights to delete) belong to placement and the catalog;
 - changes the console's live pages show (``dashboard.receivers``): nodes
   registered, reported, back, gone quiet. The agent API, beside the console
-  in the layers, sends these too where it drives inventory's writes.
+  in the layers, sends these too where it drives inventory's writes;
+- an operator's change of a node's state (cordon, drain), which placement
+  reconciles after.
 
 Each change is sent once it is committed (``transaction.on_commit`` where the
 sender is inside a transaction), so a receiver never hears of a row that was
@@ -77,3 +79,11 @@ nodes_came_back = Signal()
 # The reachability sweep marked nodes unreachable or lost, or NVLink domains dark or back
 # (sent only when ``result.changed``). ``result``: the inventory.reachability.SweepResult.
 reachability_changed = Signal()
+
+
+# --- node state (cordon, uncordon, drain) -----------------------------------------------
+# Connected by placement, which reconciles soon.
+
+# An operator set a node's state (inventory.states.set_node_state); sent after it is stored.
+# Arguments: ``name``, the node's name.
+node_state_changed = Signal()

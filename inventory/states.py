@@ -2,19 +2,19 @@
 
 Written to the audit log even when nothing changed: an operator who pressed
 "drain" on a draining node still did it, and the log says so. Placement is
-told at once rather than at its next tick: an operator draining a node is
-usually about to do something to it.
+told (through ``inventory.signals``) at once rather than at its next tick: an
+operator draining a node is usually about to do something to it.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
 from django.db import transaction
 
 from core.models import AuditEntry
+from inventory import signals
 from inventory.models import Node, NodeState
 
 log = logging.getLogger(__name__)
@@ -56,15 +56,7 @@ def set_node_state(name: str, word: Any, *, actor: str, detail: dict | None = No
 
 
 def node_state_changed(name: str) -> None:
-    """Tell placement a node's state changed, when the placement piece provides the hook."""
-    try:
-        signals = importlib.import_module("placement.signals")
-    except ImportError:
-        return
-    hook = getattr(signals, "node_state_changed", None)
-    if hook is None:
-        return
-    try:
-        hook(name)
-    except Exception:
-        log.exception("placement.signals.node_state_changed(%r) failed", name)
+    """Say a node's state changed (placement listens); a receiver that fails never fails the change."""
+    for receiver, result in signals.node_state_changed.send_robust(sender=Node, name=name):
+        if isinstance(result, Exception):
+            log.error("%r failed on node_state_changed(%r)", receiver, name, exc_info=result)

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from core.locks import exclusive
-from inventory import reachability, signals
+from inventory import reachability, scans, signals
 from inventory.models import Node
 
 
@@ -40,8 +40,6 @@ def check_reachability() -> dict:
 @shared_task(name="inventory.tasks.plan_scans", ignore_result=True)
 def plan_scans() -> dict:
     """Choose which node maps each due fabric; nodes pick their scan up with their next full report."""
-    from inventory import scans
-
     with exclusive("inventory.tasks.plan_scans") as held:
         if not held:
             return {"skipped": "another worker holds the lock"}

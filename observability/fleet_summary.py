@@ -19,10 +19,8 @@ from typing import Any
 import httpx
 from django.utils import timezone
 
-from catalog.views_data import model_list
-from inventory.views_data import node_list
 from observability import fleet_sql
-from placement.views_data import replica_list
+from placement.views_data import model_list, node_list, replica_list
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
 # seconds: one that flaps in and out of the list is noise, and unloading a

@@ -38,7 +38,8 @@ Placement rules, by profile:
 
 from __future__ import annotations
 
-from catalog.rules import CPU_CLASS, profile_problems
+from catalog.definitions import ProfileSpec
+from catalog.rules import CPU_CLASS
 from placement.scheduling.explain import explain
 from placement.scheduling.lifecycle import ModelRound, assess, stale
 from placement.scheduling.place import memory_mb, place
@@ -55,7 +56,6 @@ from placement.scheduling.types import (
     NewShard,
     NodeInfo,
     Plan,
-    ProfileInfo,
     Rejection,
     Replacement,
     ReplicaInfo,
@@ -76,7 +76,7 @@ __all__ = [
     "NewShard",
     "NodeInfo",
     "Plan",
-    "ProfileInfo",
+    "ProfileSpec",
     "Rejection",
     "Replacement",
     "ReplicaInfo",
@@ -186,23 +186,13 @@ class _Planner:
             rnd.count += 1
 
 
-def _refused(profile: ProfileInfo) -> bool:
+def _refused(profile: ProfileSpec) -> bool:
     """A profile catalog validation would refuse is refused here too.
 
     A MIG class asking for more than one instance, say: the catalog may hold
     rows written before the rule, and the reasons go in the explanation.
     """
-    return bool(
-        profile_problems(
-            engine=profile.engine,
-            gpu_class=profile.gpu_class,
-            gpus=profile.gpus,
-            nodes=profile.nodes,
-            tp=profile.tp,
-            pp=profile.pp,
-            memory_gb=profile.memory_gb,
-        )
-    )
+    return bool(profile.problems())
 
 
 def _parked(model: str, error: str) -> Rejection:

@@ -1,4 +1,8 @@
-"""Hooks other parts call when something placement depends on changed: a reconcile runs soon.
+"""Hooks called when something placement depends on changed: a reconcile runs soon.
+
+Placement's own modules call them; the catalog and the inventory, which
+never import placement, send their signals (``catalog.signals``,
+``inventory.signals``), which the receivers at the end turn into these calls.
 
 Soon, not now: the caller is usually inside a transaction (an admin action,
 an API call, a heartbeat), so the task is queued once that commits, and the
@@ -24,6 +28,8 @@ import time
 
 from django.db import transaction
 from django.dispatch import Signal
+
+from placement.tasks import reconcile
 
 log = logging.getLogger(__name__)
 COALESCE_S = 0.5
@@ -66,8 +72,6 @@ class _Coalescer:
 
 
 def _send(why: str) -> None:
-    from placement.tasks import reconcile
-
     # The embedded broker too: its messages are written whole (llmgw.broker).
     try:
         reconcile.apply_async(expires=30)
@@ -96,3 +100,16 @@ def node_state_changed(node_name: str) -> None:
 def shards_changed(node_name: str) -> None:
     """A shard failed, or a replacement became ready so a drained replica can stop."""
     reconcile_soon(f"shards on {node_name} changed")
+
+
+# --- receivers of the lower apps' signals, connected in PlacementConfig.ready() ------------
+
+
+def on_model_changed(sender: object, *, name: str, **kwargs: object) -> None:
+    """catalog.signals.model_changed."""
+    catalog_changed(name)
+
+
+def on_node_state_changed(sender: object, *, name: str, **kwargs: object) -> None:
+    """inventory.signals.node_state_changed."""
+    node_state_changed(name)

@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from catalog.models import CatalogModel
+from catalog.models import CatalogModel, Profile
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Demand, Replica
-from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ProfileInfo, ReplicaInfo, ShardInfo, Snapshot
+from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ReplicaInfo, ShardInfo, Snapshot
 
 # Demand nobody could satisfy is forgotten after this long.
 DEMAND_TTL = timedelta(minutes=5)
@@ -134,26 +134,14 @@ def _models(now: datetime) -> tuple[list[ModelInfo], dict[str, int], dict[tuple[
     return models, model_ids, profile_ids
 
 
-def model_info(m: CatalogModel, profiles, wanted: int | None = None) -> ModelInfo:
-    """``wanted`` is 1 when a request is waiting for a model that has no replica; None otherwise."""
+def model_info(m: CatalogModel, profiles: list[Profile], wanted: int | None = None) -> ModelInfo:
+    """``wanted`` is 1 when a request is waiting for a model that has no replica; None otherwise.
+
+    Each profile reaches the scheduler as the catalog's own spec (``Profile.spec()``), stored fingerprint and all.
+    """
     return ModelInfo(
         name=m.name,
-        profiles=tuple(
-            ProfileInfo(
-                name=p.name,
-                engine=p.engine,
-                gpu_class=p.gpu_class,
-                gpus=p.gpus,
-                nodes=p.nodes,
-                tp=p.tp,
-                pp=p.pp,
-                memory_gb=p.memory_gb,
-                pool=p.pool or None,
-                env={str(k): str(v) for k, v in (p.env or {}).items()},
-                fingerprint=p.fingerprint,
-            )
-            for p in profiles
-        ),
+        profiles=tuple(p.spec() for p in profiles),
         min_replicas=m.min_replicas,
         max_replicas=m.max_replicas,
         wanted=wanted,

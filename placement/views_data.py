@@ -1,9 +1,13 @@
-"""What the API and the console show of replicas and placement explanations.
+"""What the API and the console show of placement: replicas, explanations, and models and nodes with theirs.
 
 Both call these functions, so the two never disagree. A key left out means
 unknown. ``idle_seconds`` is -1 for a replica no request has been routed to
 yet: that is what a replica looks like before anything asked for it (and
 after a router restart), which is not the same as idle.
+
+Models and nodes are listed here because the listings join placement's rows;
+the catalog's and the inventory's parts of each entry are built by their own
+views_data, which are handed what placement read.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from catalog.models import CatalogModel
+from catalog.views_data import model_rows, model_view
 from inventory.models import Node, mig_label
+from inventory.views_data import nodes as inventory_nodes
+from inventory.views_data.nodes import NodeUsage
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
@@ -151,3 +159,83 @@ def _rejection(r: dict) -> dict[str, Any]:
     if isinstance(r.get("nodes"), int):
         view["nodes"] = r["nodes"]
     return view
+
+
+# --- models with their replicas -----------------------------------------------------------
+
+
+def model_list(name: str | None = None) -> list[dict[str, Any]]:
+    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
+    counts = {
+        row["model_id"]: row
+        for row in Replica.objects.order_by()
+        .values("model_id")
+        .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
+    }
+    unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+    return [model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in model_rows(name)]
+
+
+# --- nodes with what is placed on them ----------------------------------------------------
+
+
+def node_usage(node_id: int | None = None) -> NodeUsage:
+    """Which GPUs every node's shards (or one node's) hold, and how many replicas run there."""
+    # Every shard holds its GPUs, failed and stopping ones too: their
+    # processes may keep the memory until the agent has stopped them.
+    shards = Shard.objects.all() if node_id is None else Shard.objects.filter(node_id=node_id)
+    return NodeUsage(shards.values_list("node_id", "gpu_indices", "replica_id"))
+
+
+def node_list(
+    now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
+) -> list[dict[str, Any]]:
+    """Every node as ``ctl nodes`` and the console's node table show it (``inventory.views_data.nodes.node_list``).
+
+    ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
+    them; ``fields`` keeps only those top-level keys (``?fields=`` in the API).
+    """
+    return inventory_nodes.node_list(node_usage(), now, fields, wiring)
+
+
+def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
+    """One node with its cards, ports and the shards placed on it; None if unknown."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return None
+    return inventory_nodes.node_detail(node, node_usage(node.pk), gpu_holders(node.pk), node_shards(node), now)
+
+
+def gpu_holders(node_id: int) -> dict[int, str]:
+    """GPU index → the replica whose shard holds it on this node, as ``model#replica``."""
+    holders = {}
+    for replica_id, model, indices in Shard.objects.filter(node_id=node_id).values_list(
+        "replica_id", "replica__model__name", "gpu_indices"
+    ):
+        for i in indices or []:
+            holders[i] = f"{model}#{replica_id}"
+    return holders
+
+
+def node_shards(node: Node) -> list[dict[str, Any]]:
+    """The shards placed on a node, with what its agent last said of each (state, error, download)."""
+    reported = {s.get("id"): s for s in node.shard_status or [] if isinstance(s, dict)}
+    out = []
+    for s in Shard.objects.filter(node=node).select_related("replica__model").order_by("replica_id", "rank"):
+        sid = f"{s.replica_id}-{s.rank}"
+        view: dict[str, Any] = {
+            "id": sid,
+            "replica": s.replica_id,
+            "model": s.replica.model.name,
+            "rank": s.rank,
+            "gpus": [mig_label(i) for i in s.gpu_indices or [] if isinstance(i, int)],
+            "state": s.state,
+        }
+        agent = reported.get(sid) or {}
+        if isinstance(agent.get("state"), str):
+            view["reported_state"] = agent["state"]
+        error = s.error or (agent.get("error") if isinstance(agent.get("error"), str) else None)
+        if error:
+            view["error"] = error
+        out.append(view)
+    return out

@@ -30,7 +30,8 @@ from api.serializers.common import ERRORS, WRITE_ERRORS
 from catalog import service
 from catalog.definitions import parse_duration
 from catalog.models import CapacityMeasurement
-from catalog.views_data import capacity_list, capacity_view, model_list
+from catalog.views_data import capacity_list, capacity_view
+from placement.views_data import model_list
 
 T = TypeVar("T")
 # Far beyond any fleet, well inside the column: a larger number is a typo.

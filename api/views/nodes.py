@@ -19,7 +19,8 @@ from api.serializers.nodes import (
     NodeStateSerializer,
 )
 from inventory.states import NodeStateError, set_node_state
-from inventory.views_data import node_detail, node_list, node_logs
+from inventory.views_data import node_logs
+from placement.views_data import node_detail, node_list
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from dashboard.views import common
-from inventory.views_data import node_list
 from observability.findings import open_findings
 from observability.fleet_summary import summary
+from placement.views_data import node_list
 
 SOCKET = "/ws/console/fleet/"
 

@@ -8,9 +8,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
 from catalog.models import CatalogModel
-from catalog.views_data import model_list
 from dashboard.views import common
-from placement.views_data import explain, replica_list
+from placement.views_data import explain, model_list, replica_list
 
 SOCKET = "/ws/console/fleet/"
 # Placement publishes nothing live yet, and shard progress arrives in light

@@ -1,11 +1,14 @@
 """What the API and the console show of the inventory, built by the same functions for both.
 
 Each function returns plain JSON-able data; a key left out means unknown.
-The API's serializers (``api/serializers``) describe every shape.
+The API's serializers (``api/serializers``) describe every shape. The node
+listing and one node's page show what is placed there, which is placement's
+to read: callers take them from ``placement.views_data`` (``node_list``,
+``node_detail``), which hands ``inventory.views_data.nodes`` the shards.
 """
 
 from inventory.views_data.fabrics import fabrics_report, topology
-from inventory.views_data.nodes import LOAD_FRESH, NodeUsage, load_view, node_detail, node_list, node_logs
+from inventory.views_data.nodes import LOAD_FRESH, NodeUsage, load_view, node_logs
 from inventory.views_data.nvlink import nvlink_report
 
 __all__ = [
@@ -13,8 +16,6 @@ __all__ = [
     "NodeUsage",
     "fabrics_report",
     "load_view",
-    "node_detail",
-    "node_list",
     "node_logs",
     "nvlink_report",
     "topology",

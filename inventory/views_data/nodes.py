@@ -7,6 +7,8 @@ is never the same as empty or zero; the API schema's serializers in
 
 The listing reads a fixed number of queries whatever the fleet's size: nodes,
 their GPUs, and the shards that hold GPUs — never one query per node or GPU.
+The shards are placement's rows, so placement reads them and hands them in
+(``placement.views_data.node_list`` and ``node_detail`` are what callers use).
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ TRAFFIC_COUNTERS = ("port_xmit_data", "port_rcv_data")
 
 
 class NodeUsage:
-    """Which GPUs each node's shards hold, and how many replicas run there."""
+    """Which GPUs each node's shards hold, and how many replicas run there.
+
+    Built from (node id, GPU indices, replica id) rows of placement's shards,
+    which placement reads (``placement.views_data.node_usage``).
+    """
 
     def __init__(self, rows: Iterable[tuple[int, list, str]]) -> None:
         self.used: dict[int, set[int]] = defaultdict(set)
@@ -54,23 +60,17 @@ class NodeUsage:
             self.used[node_id].update(i for i in indices or [] if isinstance(i, int))
             self.replicas[node_id].add(replica_id)
 
-    @classmethod
-    def load(cls, node_id: int | None = None) -> NodeUsage:
-        # Every shard holds its GPUs, failed and stopping ones too: their
-        # processes may keep the memory until the agent has stopped them.
-        from placement.models import Shard
-
-        shards = Shard.objects.all() if node_id is None else Shard.objects.filter(node_id=node_id)
-        return cls(shards.values_list("node_id", "gpu_indices", "replica_id"))
-
 
 # --- nodes ---------------------------------------------------------------------------
 
 
 def node_list(
-    now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
+    usage: NodeUsage, now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
 ) -> list[dict[str, Any]]:
-    """Every node as ``ctl nodes`` and the console's node table show it.
+    """Every node as ``ctl nodes`` and the console's node table show it, given what its shards hold.
+
+    ``usage`` is read by placement, whose rows the shards are: callers list
+    nodes through ``placement.views_data.node_list``.
 
     ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
     them; the console's tables and the summary do without, since reading them
@@ -78,7 +78,7 @@ def node_list(
     keys (``?fields=`` in the API), and skips the cards and ports unless named.
     """
     with _cycles_uncollected():
-        return _node_list(now or timezone.now(), fields, wiring)
+        return _node_list(usage, now or timezone.now(), fields, wiring)
 
 
 @contextmanager
@@ -99,7 +99,7 @@ def _cycles_uncollected() -> Iterator[None]:
             gc.enable()
 
 
-def _node_list(now: datetime, fields: frozenset[str] | None, wiring: bool) -> list[dict[str, Any]]:
+def _node_list(usage: NodeUsage, now: datetime, fields: frozenset[str] | None, wiring: bool) -> list[dict[str, Any]]:
     cards = wiring and (fields is None or "gpus" in fields)
     problems = {(n, i): h for n, i, h in GPU.objects.exclude(health=[]).values_list("node_id", "index", "health")}
     gpus: dict[int, list[dict]] = defaultdict(list)
@@ -110,7 +110,6 @@ def _node_list(now: datetime, fields: frozenset[str] | None, wiring: bool) -> li
     if wiring and (fields is None or "ib_ports" in fields):
         for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
             ports[p["node_id"]].append(_port_view(p))
-    usage = NodeUsage.load()
     domains = _domain_keys()
     nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
     nearest: dict[tuple, tuple[str, str] | None] = {}
@@ -147,21 +146,28 @@ def _gpu_brief(g: Mapping[str, Any], domains: Mapping[int, str], nearest: dict) 
     return view
 
 
-def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:
-    """One node with its cards (NVLink peers, NUMA, nearest adapter, fabric), ports and shards; None if unknown."""
-    node = Node.objects.filter(name=name).first()
-    if node is None:
-        return None
+def node_detail(
+    node: Node,
+    usage: NodeUsage,
+    holders: Mapping[int, str],
+    shards: list[dict[str, Any]],
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """One node with its cards (NVLink peers, NUMA, nearest adapter, fabric), ports and shards.
+
+    What is placed on it is placement's to read, and callers show a node
+    through ``placement.views_data.node_detail``: ``usage`` is what its shards
+    hold, ``holders`` GPU index → the replica holding it (``model#id``), and
+    ``shards`` the shards placed there as placement shows them.
+    """
     now = now or timezone.now()
     rows = list(GPU.objects.filter(node=node).select_related("domain").order_by("index"))
-    usage = NodeUsage.load(node.pk)
     listed = [{f: getattr(g, f) for f in GPU_LIST_FIELDS} for g in rows]
     view = _node_view(node, listed, usage, _domain_keys(), now)
-    holders = _gpu_holders(node.pk)
     view["gpus"] = [_gpu_view(g, holders.get(g.index)) for g in rows]
     port_rows = IBPort.objects.filter(node=node).order_by("hca", "port").values(*PORT_FIELDS, "previous_counters")
     view["ib_ports"] = [_port_view(p) for p in port_rows]
-    view["shards"] = node_shards(node)
+    view["shards"] = shards
     _put(view, "disks", node.disks)
     _put(view, "weights", node.weights)
     _put(view, "imex_nodes", node.imex_nodes)
@@ -304,18 +310,6 @@ def _node_domain(gpus: list[dict], domains: Mapping[int, str]) -> str | None:
     return domains.get(joined.pop())
 
 
-def _gpu_holders(node_id: int) -> dict[int, str]:
-    from placement.models import Shard
-
-    holders = {}
-    for replica_id, model, indices in Shard.objects.filter(node_id=node_id).values_list(
-        "replica_id", "replica__model__name", "gpu_indices"
-    ):
-        for i in indices or []:
-            holders[i] = f"{model}#{replica_id}"
-    return holders
-
-
 def _gpu_view(g: GPU, held_by: str | None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "index": g.index,
@@ -385,29 +379,6 @@ def _positive(value: Any, zero: bool = False) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return value >= 0 if zero else value > 0
-
-
-def node_shards(node: Node) -> list[dict[str, Any]]:
-    """The shards placed on a node, with what its agent last said of each (state, error, download)."""
-    from placement.models import Shard
-
-    reported = {s.get("id"): s for s in node.shard_status or [] if isinstance(s, dict)}
-    out = []
-    for s in Shard.objects.filter(node=node).select_related("replica__model").order_by("replica_id", "rank"):
-        sid = f"{s.replica_id}-{s.rank}"
-        view: dict[str, Any] = {
-            "id": sid,
-            "replica": s.replica_id,
-            "model": s.replica.model.name,
-            "rank": s.rank,
-            "gpus": [mig_label(i) for i in s.gpu_indices or [] if isinstance(i, int)],
-            "state": s.state,
-        }
-        agent = reported.get(sid) or {}
-        _put(view, "reported_state", agent.get("state") if isinstance(agent.get("state"), str) else None)
-        _put(view, "error", s.error or (agent.get("error") if isinstance(agent.get("error"), str) else None) or None)
-        out.append(view)
-    return out
 
 
 def node_logs(name: str, shard: str | None = None) -> dict[str, Any] | None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import chain, islice
 
-from catalog.rules import CPU_CLASS, is_mig_class, profile_problems
+from catalog.definitions import ProfileSpec
+from catalog.rules import CPU_CLASS, is_mig_class
 from placement.scheduling.place import memory_mb, whole_node_fits
 from placement.scheduling.room import NodeRoom, Room
-from placement.scheduling.types import ProfileInfo, Rejection
+from placement.scheduling.types import Rejection
 
 # A reason shared by this many nodes or fewer is listed node by node.
 SPELL_OUT = 3
@@ -91,17 +92,9 @@ class Reasons:
         return tuple(out)
 
 
-def explain(room: Room, profile: ProfileInfo) -> tuple[Rejection, ...]:
+def explain(room: Room, profile: ProfileSpec) -> tuple[Rejection, ...]:
     """Every reason ``profile`` could not be placed given the room as it is now."""
-    problems = profile_problems(
-        engine=profile.engine,
-        gpu_class=profile.gpu_class,
-        gpus=profile.gpus,
-        nodes=profile.nodes,
-        tp=profile.tp,
-        pp=profile.pp,
-        memory_gb=profile.memory_gb,
-    )
+    problems = profile.problems()
     if problems:
         lines: tuple[Line, ...] = tuple((None, f"refused: {p}", 1) for p in problems)
     else:
@@ -113,7 +106,7 @@ def explain(room: Room, profile: ProfileInfo) -> tuple[Rejection, ...]:
     return tuple(Rejection(profile=profile.name, pool=pool, node=n, reason=r, nodes=c) for n, r, c in lines)
 
 
-def _explain(room: Room, profile: ProfileInfo) -> tuple[Line, ...]:
+def _explain(room: Room, profile: ProfileSpec) -> tuple[Line, ...]:
     r = Reasons()
     if profile.gpu_class == CPU_CLASS:
         _cpu(room, profile, r)
@@ -125,7 +118,7 @@ def _explain(room: Room, profile: ProfileInfo) -> tuple[Line, ...]:
 # --- shared: pool, node state, engine ---------------------------------------
 
 
-def _candidates(room: Room, names: list[str], profile: ProfileInfo, r: Reasons) -> list[NodeRoom]:
+def _candidates(room: Room, names: list[str], profile: ProfileSpec, r: Reasons) -> list[NodeRoom]:
     """The open nodes among ``names`` in the profile's pool with its engine; the rest explained."""
     pool, engine = profile.pool or None, profile.engine
     nodes = [room.nodes[n] for n in names]
@@ -152,7 +145,7 @@ def _engines_detail(room: Room, engine: str) -> Callable[[str], str]:
     return detail
 
 
-def _static_candidates(room: Room, cls: str, profile: ProfileInfo) -> tuple[tuple[Line, ...], list[str]]:
+def _static_candidates(room: Room, cls: str, profile: ProfileSpec) -> tuple[tuple[Line, ...], list[str]]:
     """Pool, state and engine reasons for a class, which no placement changes: worked out once per shape."""
 
     def build() -> tuple[tuple[Line, ...], list[str]]:
@@ -168,7 +161,7 @@ def _static_candidates(room: Room, cls: str, profile: ProfileInfo) -> tuple[tupl
 # --- GPU profiles -------------------------------------------------------------
 
 
-def _gpu(room: Room, profile: ProfileInfo, r: Reasons) -> None:
+def _gpu(room: Room, profile: ProfileSpec, r: Reasons) -> None:
     cls, need = profile.gpu_class, profile.gpus
     if not room.class_nodes.get(cls):
         r.say(f"no node has {cls} GPUs")
@@ -206,7 +199,7 @@ def capacity_detail(room: Room, cls: str, need: int) -> Callable[[str], str]:
     return detail
 
 
-def _capacity(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons) -> None:
+def _capacity(room: Room, profile: ProfileSpec, able: list[NodeRoom], r: Reasons) -> None:
     """Single-node: read the counts off the index rather than visiting every node."""
     cls, need = profile.gpu_class, profile.gpus
     buckets = room.buckets_for(cls, profile.pool or None)
@@ -229,7 +222,7 @@ def _capacity(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons
             r.nodes(group, len(names), names, detail)
 
 
-def _empty_mig(room: Room, profile: ProfileInfo, r: Reasons) -> None:
+def _empty_mig(room: Room, profile: ProfileSpec, r: Reasons) -> None:
     """For a MIG class: cards of its kind in MIG mode with nothing carved, which could take it once carved."""
     if not is_mig_class(profile.gpu_class):
         return
@@ -241,7 +234,7 @@ def _empty_mig(room: Room, profile: ProfileInfo, r: Reasons) -> None:
             r.node(name, f"a {card_class} in MIG mode with no instances", detail)
 
 
-def _domains(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons) -> None:
+def _domains(room: Room, profile: ProfileSpec, able: list[NodeRoom], r: Reasons) -> None:
     """How many nodes of each domain could take a shard, then what keeps the others out.
 
     Domains that are merely full become one line once there are many of
@@ -286,7 +279,7 @@ def _domains(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons)
             r.node(name, "no card joined an NVLink domain", room.nodes[name].domain_problem)
 
 
-def _fabrics(room: Room, profile: ProfileInfo, able: list[NodeRoom], r: Reasons) -> None:
+def _fabrics(room: Room, profile: ProfileSpec, able: list[NodeRoom], r: Reasons) -> None:
     """Each fabric's count of entirely free nodes that fit, then why the other nodes do not."""
     cls, need = profile.gpu_class, profile.gpus
     whole_free = room.whole_free.get(cls, {})
@@ -326,7 +319,7 @@ def _n(count: int, thing: str) -> str:
 # --- CPU profiles -------------------------------------------------------------
 
 
-def _cpu(room: Room, profile: ProfileInfo, r: Reasons) -> None:
+def _cpu(room: Room, profile: ProfileSpec, r: Reasons) -> None:
     need = memory_mb(profile)
     static, able_names = _static_candidates(room, CPU_CLASS, profile)
     r.extend(static)

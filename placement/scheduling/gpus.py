@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import combinations
 
-from placement.scheduling.types import GpuInfo, ProfileInfo
+from catalog.definitions import ProfileSpec
+from placement.scheduling.types import GpuInfo
 
 # (some pair of the GPUs is not NVLinked, NUMA nodes spanned): lower is better.
 Quality = tuple[bool, int]
@@ -84,7 +85,7 @@ def visible_devices(gpus: Sequence[GpuInfo]) -> str:
 
 
 def shard_env(
-    profile: ProfileInfo,
+    profile: ProfileSpec,
     gpus: Sequence[GpuInfo],
     *,
     rank: int = 0,

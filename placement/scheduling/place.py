@@ -8,10 +8,11 @@ reasons cost a look at many more nodes than a placement does).
 
 from __future__ import annotations
 
+from catalog.definitions import ProfileSpec
 from catalog.rules import CPU_CLASS
 from placement.scheduling.gpus import Quality, pick, shard_env
 from placement.scheduling.room import NodeRoom, Room
-from placement.scheduling.types import GpuInfo, NewReplica, NewShard, ProfileInfo
+from placement.scheduling.types import GpuInfo, NewReplica, NewShard
 
 # How many nodes a single-node placement looks at past the first that fits,
 # hoping for better NVLink/NUMA locality, before it settles for the best seen.
@@ -19,7 +20,7 @@ from placement.scheduling.types import GpuInfo, NewReplica, NewShard, ProfileInf
 LOOK_FURTHER = 32
 
 
-def place(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+def place(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     """One replica of ``model`` with ``profile``, or None when it fits nowhere now."""
     if profile.gpu_class == CPU_CLASS:
         return _place_cpu(room, model, profile)
@@ -28,7 +29,7 @@ def place(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
     return _place_in_domain(room, model, profile) or _place_over_fabric(room, model, profile)
 
 
-def _replica(model: str, profile: ProfileInfo, shards: list[NewShard], **where: str | None) -> NewReplica:
+def _replica(model: str, profile: ProfileSpec, shards: list[NewShard], **where: str | None) -> NewReplica:
     return NewReplica(
         model=model,
         profile=profile.name,
@@ -39,7 +40,7 @@ def _replica(model: str, profile: ProfileInfo, shards: list[NewShard], **where: 
     )
 
 
-def _place_cpu(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+def _place_cpu(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     need = memory_mb(profile)
     pool = profile.pool or None
 
@@ -56,11 +57,11 @@ def _place_cpu(room: Room, model: str, profile: ProfileInfo) -> NewReplica | Non
     return None
 
 
-def memory_mb(profile: ProfileInfo) -> int:
+def memory_mb(profile: ProfileSpec) -> int:
     return int((profile.memory_gb or 0) * 1024)
 
 
-def _place_one(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+def _place_one(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     """The tightest node that fits, preferring one where the GPUs are as local as that node allows."""
     cls, need = profile.gpu_class, max(profile.gpus, 1)
     buckets = room.buckets_for(cls, profile.pool or None)
@@ -97,7 +98,7 @@ def ideal(node: NodeRoom, cls: str, need: int) -> Quality:
     return node.ideal[key]
 
 
-def domain_ready(node: NodeRoom, profile: ProfileInfo) -> bool:
+def domain_ready(node: NodeRoom, profile: ProfileSpec) -> bool:
     """Whether a node of a domain can take a shard now (the domain itself was checked by the caller)."""
     return (
         node.imex_problem is None
@@ -107,7 +108,7 @@ def domain_ready(node: NodeRoom, profile: ProfileInfo) -> bool:
     )
 
 
-def _place_in_domain(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+def _place_in_domain(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     """Inside one multi-node NVLink domain: the domain with the fewest able nodes that still has enough."""
     cls = profile.gpu_class
     choices = []
@@ -123,7 +124,7 @@ def _place_in_domain(room: Room, model: str, profile: ProfileInfo) -> NewReplica
     return _shards(room, model, profile, able[: profile.nodes], nvlink_domain=domain)
 
 
-def _place_over_fabric(room: Room, model: str, profile: ProfileInfo) -> NewReplica | None:
+def _place_over_fabric(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     """Inside one InfiniBand fabric, on entirely free nodes: never across two fabrics.
 
     Fabrics are tried smallest first, so a small replica does not break up the
@@ -138,7 +139,7 @@ def _place_over_fabric(room: Room, model: str, profile: ProfileInfo) -> NewRepli
     return None
 
 
-def _whole_nodes(room: Room, profile: ProfileInfo, names: dict[str, None]) -> list[NodeRoom]:
+def _whole_nodes(room: Room, profile: ProfileSpec, names: dict[str, None]) -> list[NodeRoom]:
     """Up to ``profile.nodes`` of these entirely free nodes that can take a shard of ``profile``."""
     able: list[NodeRoom] = []
     for name in names:
@@ -150,7 +151,7 @@ def _whole_nodes(room: Room, profile: ProfileInfo, names: dict[str, None]) -> li
     return able
 
 
-def whole_node_fits(node: NodeRoom, profile: ProfileInfo) -> bool:
+def whole_node_fits(node: NodeRoom, profile: ProfileSpec) -> bool:
     return (
         len(node.stock[profile.gpu_class].placeable) >= profile.gpus
         and (not profile.pool or node.pool == profile.pool)
@@ -161,7 +162,7 @@ def whole_node_fits(node: NodeRoom, profile: ProfileInfo) -> bool:
 def _shards(
     room: Room,
     model: str,
-    profile: ProfileInfo,
+    profile: ProfileSpec,
     nodes: list[NodeRoom],
     *,
     nvlink_domain: str | None = None,

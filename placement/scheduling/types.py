@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from catalog.definitions import ProfileSpec
+
 # Node states, as an operator sets them; reachability is separate.
 READY = "ready"
 CORDONED = "cordoned"
@@ -113,33 +115,11 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProfileInfo:
-    """One way to run a replica of a model, as the catalog defines it.
-
-    ``gpus`` is GPUs per node (per shard); ``nodes`` how many nodes one replica
-    spans. ``gpu_class`` is a class like ``h100-80g``, a MIG class like
-    ``a100-80g-mig-3g.40gb``, or ``cpu`` with ``memory_gb``. ``pool`` set (not
-    None or blank) confines the profile to nodes labelled ``pool=<pool>``.
-    ``fingerprint`` is the catalog's hash of the definition, to tell replicas
-    placed under an older definition.
-    """
-
-    name: str
-    engine: str
-    gpu_class: str
-    gpus: int = 1
-    nodes: int = 1
-    tp: int = 1
-    pp: int = 1
-    memory_gb: float | None = None
-    pool: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    fingerprint: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelInfo:
     """A model in the catalog, with how many replicas it should have.
+
+    ``profiles`` are the catalog's own :class:`~catalog.definitions.ProfileSpec`,
+    in the order they are tried.
 
     ``wanted`` is demand beyond the minimum — the gateway asking for a min-0
     model on demand, or an autoscaler — clamped to [min, max]; None means no
@@ -150,7 +130,7 @@ class ModelInfo:
     """
 
     name: str
-    profiles: tuple[ProfileInfo, ...]
+    profiles: tuple[ProfileSpec, ...]
     min_replicas: int = 1
     max_replicas: int = 1
     wanted: int | None = None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from datetime import timedelta
 
 import pytest
@@ -11,6 +9,7 @@ from django.utils import timezone
 
 from agent.simulator import fleet as F
 from core.models import AuditEntry
+from inventory import signals
 from inventory.models import IBPort, Node
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 
@@ -108,13 +107,16 @@ def test_an_unknown_node_is_a_404_that_says_where_to_look(operator, fleet):
 
 
 @pytest.fixture
-def hook(monkeypatch):
-    """A stand-in for placement.signals, which the placement piece provides."""
+def hook():
+    """Who hears inventory's node_state_changed besides placement: a recorder of the names sent."""
     calls = []
-    module = types.ModuleType("placement.signals")
-    module.node_state_changed = calls.append
-    monkeypatch.setitem(sys.modules, "placement.signals", module)
-    return calls
+
+    def record(sender, *, name, **kwargs):
+        calls.append(name)
+
+    signals.node_state_changed.connect(record)
+    yield calls
+    signals.node_state_changed.disconnect(record)
 
 
 @pytest.mark.parametrize(
@@ -138,8 +140,15 @@ def test_the_actor_header_names_who_did_it(operator, fleet, hook):
     assert Node.objects.get(name="hgx-001").state == "ready"
 
 
-def test_without_the_placement_hook_the_change_still_lands(operator, fleet, monkeypatch):
-    monkeypatch.setitem(sys.modules, "placement.signals", None)  # import raises ImportError
+def test_a_failing_receiver_never_fails_the_change(operator, fleet):
+    def broken(sender, **kwargs):
+        raise RuntimeError("the broker is down")
+
+    signals.node_state_changed.connect(broken)
+    try:
+        answer = operator.post("/api/v1/nodes/hgx-001/state", {"state": "drain"}, format="json")
+    finally:
+        signals.node_state_changed.disconnect(broken)
     answer = operator.post("/api/v1/nodes/hgx-001/state", {"state": "drain"}, format="json")
     assert answer.status_code == 200 and Node.objects.get(name="hgx-001").state == "draining"
 

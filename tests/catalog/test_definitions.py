@@ -7,7 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.definitions import format_duration, parse_definition, parse_duration, spec_to_definition
+from catalog import rules
+from catalog.definitions import ProfileSpec, format_duration, parse_definition, parse_duration, spec_to_definition
 
 EXAMPLE = yaml.safe_load("""
 name: llama-70b
@@ -87,3 +88,18 @@ def test_durations(text, seconds):
 def test_any_input_gives_a_spec_or_problems_never_an_exception(data):
     spec, problems = parse_definition(data)
     assert (spec is None) == bool(problems)
+
+
+def test_a_spec_states_its_own_shape_problems():
+    """The one place a profile's fields meet the shape rules, for the parser, the admin and the scheduler."""
+    mig = ProfileSpec(name="m", engine="vllm", gpu_class="a100-80g-mig-3g.40gb", gpus=2, tp=2)
+    assert mig.problems() == rules.profile_problems(
+        engine="vllm", gpu_class="a100-80g-mig-3g.40gb", gpus=2, nodes=1, tp=2, pp=1, memory_gb=None
+    )
+    assert mig.problems() and ProfileSpec(name="h", engine="vllm", gpu_class="h100-80g").problems() == []
+
+
+def test_the_fingerprint_is_no_part_of_a_specs_content():
+    spec = ProfileSpec(name="h", engine="vllm", gpu_class="h100-80g", env=(("A", "b"),))
+    assert spec == ProfileSpec(name="h", engine="vllm", gpu_class="h100-80g", env=(("A", "b"),), fingerprint="x")
+    assert "fingerprint" not in spec.definition() and spec.definition()["env"] == {"A": "b"}

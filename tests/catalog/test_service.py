@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from catalog import service
+from catalog import rules, service
+from catalog.definitions import parse_definition
 from catalog.models import CatalogModel, DeclaredIn, Profile
 from core.models import AuditEntry
 from inventory.models import GPU, Node
@@ -108,3 +109,47 @@ def test_a_model_others_fall_back_to_cannot_be_removed_first():
     service.remove_model("big", actor="o")
     service.remove_model("small", actor="o")
     assert not CatalogModel.objects.exists()
+
+
+# --- one spec type for a profile ---
+
+
+def test_a_stored_profile_reads_back_as_the_spec_it_was_written_from():
+    """Profile.spec() is the one way from a row to the spec: what was parsed is what is read."""
+    written = definition()
+    written["profiles"] = [
+        {
+            "name": "h100",
+            "engine": "vllm",
+            "gpu_class": "h100-80g",
+            "gpus": 2,
+            "tp": 2,
+            "pool": "gold",
+            "engine_args": ["--max-model-len", "8192"],
+            "env": {"VLLM_USE_V1": "1", "A": "b"},
+        },
+        {"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "gpus": 0, "memory_gb": 8},
+    ]
+    model = service.add_model(written, actor="olive")
+    parsed, _ = parse_definition(written)
+    stored = [p.spec() for p in model.profiles.order_by("position")]
+    assert stored == list(parsed.profiles)
+    assert all(s.fingerprint == p.fingerprint for s, p in zip(stored, model.profiles.order_by("position"), strict=True))
+
+
+def test_the_fingerprint_is_taken_over_the_spec_and_kept_with_the_row():
+    model = service.add_model(definition(), actor="olive")
+    profile = model.profiles.get()
+    assert profile.fingerprint == rules.fingerprint(profile.spec().definition())
+    Profile.objects.filter(pk=profile.pk).update(fingerprint="stored")
+    assert Profile.objects.get().spec().fingerprint == "stored", "the row's fingerprint, not one taken again"
+
+
+def test_a_row_takes_a_spec_back_whole():
+    """Profile.take is the inverse of Profile.spec: what a row takes is what it reads back."""
+    spec, _ = parse_definition(
+        definition(profiles=[{"name": "p", "engine": "vllm", "gpu_class": "h100-80g", "env": {"A": "b"}, "pool": "x"}])
+    )
+    row = Profile()
+    row.take(spec.profiles[0])
+    assert row.spec() == spec.profiles[0] and row.env == {"A": "b"} and row.engine_args == []

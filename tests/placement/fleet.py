@@ -19,7 +19,7 @@ from placement.scheduler import (
     ModelInfo,
     NodeInfo,
     Plan,
-    ProfileInfo,
+    ProfileSpec,
     ReplicaInfo,
     ShardInfo,
     Snapshot,
@@ -209,23 +209,11 @@ def profile(
     memory_gb: float | None = None,
     pool: str | None = None,
     env: Mapping[str, str] | None = None,
-) -> ProfileInfo:
+) -> ProfileSpec:
     """A profile with its fingerprint taken as the catalog takes it; tp defaults to every GPU."""
     if tp is None:
         tp = max(gpus, 1) * nodes // pp
-    definition = {
-        "engine": engine,
-        "gpu_class": gpu_class,
-        "memory_gb": memory_gb,
-        "gpus": gpus,
-        "nodes": nodes,
-        "tp": tp,
-        "pp": pp,
-        "pool": pool or "",
-        "engine_args": [],
-        "env": dict(env or {}),
-    }
-    return ProfileInfo(
+    spec = ProfileSpec(
         name=name,
         engine=engine,
         gpu_class=gpu_class,
@@ -234,19 +222,19 @@ def profile(
         tp=tp,
         pp=pp,
         memory_gb=memory_gb,
-        pool=pool,
-        env=dict(env or {}),
-        fingerprint=rules.fingerprint(definition),
+        pool=pool or "",
+        env=tuple(sorted((env or {}).items())),
     )
+    return replace(spec, fingerprint=rules.fingerprint(spec.definition()))
 
 
-def cpu_profile(name: str = "cpu", *, memory_gb: float = 48, engine: str = "llamacpp") -> ProfileInfo:
+def cpu_profile(name: str = "cpu", *, memory_gb: float = 48, engine: str = "llamacpp") -> ProfileSpec:
     return profile(name, gpu_class="cpu", gpus=0, tp=1, engine=engine, memory_gb=memory_gb)
 
 
 def model(
     name: str,
-    *profiles: ProfileInfo,
+    *profiles: ProfileSpec,
     min_replicas: int = 1,
     max_replicas: int | None = None,
     wanted: int | None = None,

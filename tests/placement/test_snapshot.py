@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from catalog.models import CatalogModel
+from catalog.definitions import ProfileSpec
+from catalog.models import CatalogModel, Profile
 from inventory.models import Node
 from placement import demand, snapshot
 from tests.placement.dbfleet import fleet, gpu_profile, model
@@ -60,3 +61,12 @@ def test_models_carry_demand_parking_and_idle_timeout():
 
     later = snapshot.load(timezone.now() + snapshot.DEMAND_TTL + timedelta(seconds=1))
     assert {m.name: m.wanted for m in later.snapshot.models}["a"] is None, "old demand is forgotten"
+
+
+def test_the_scheduler_is_given_the_catalogs_own_profile_spec():
+    """One conversion: a stored profile reaches the scheduler as Profile.spec(), its stored fingerprint with it."""
+    model("a", gpu_profile("h100-80g", gpus=2, pool="gold", env={"VLLM_USE_V1": "1"}))
+    Profile.objects.update(fingerprint="as-stored")
+    [got] = snapshot.load(timezone.now()).snapshot.models
+    assert isinstance(got.profiles[0], ProfileSpec)
+    assert got.profiles == (Profile.objects.get().spec(),) and got.profiles[0].fingerprint == "as-stored"
