@@ -46,7 +46,7 @@ from catalog.models import CatalogModel
 from core import histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
-from inventory.ingest import is_zero_uuid
+from inventory import nvlink_rules
 from inventory.models import GPU, Node, NVLinkDomain, mig_label
 from placement.models import Replica, Shard
 
@@ -57,7 +57,6 @@ RECONCILE_HISTOGRAM = "llmgw_reconcile_seconds"
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 GPU_STATES = ("used", "free", "unhealthy")
 REPLICA_STATES = ("pending", "starting", "ready", "failed", "stopping")
-NO_FABRIC = ("", "Not Supported")
 
 Source = Callable[[], Iterable[Metric]]
 # name -> a function yielding metric families, called at every scrape (see the module docstring).
@@ -108,24 +107,6 @@ class GpuRow(NamedTuple):
     fabric_degraded: bool | None
 
 
-def claimed_domain(uuid: str, clique: int | None) -> str:
-    """The domain a card names, joined or not: empty when it names none (an HGX's own NVSwitch reads all zeros)."""
-    return "" if not uuid or is_zero_uuid(uuid) else f"{uuid}/{clique or 0}"
-
-
-def in_nvlink_metrics(fabric_state: str, fabric_status: str, claimed: str, joined: bool) -> bool:
-    """Whether a card has a place in ``llmgw_gpu_nvlink_joined``: it has, or should have, a multi-node domain.
-
-    Left out: cards with no fabric, and cards whose registration completed on
-    a machine's own NVSwitch (no domain to join). A card stuck registering is
-    in, with 0, even when it cannot name its domain yet.
-    """
-    if fabric_state in NO_FABRIC:
-        return False
-    settled = fabric_state == "Completed" and fabric_status.lower() == "success"
-    return joined or bool(claimed) or not settled
-
-
 class FleetCollector(Collector):
     """The fleet's figures, read from the inventory at each scrape in a fixed number of queries."""
 
@@ -160,11 +141,13 @@ class FleetCollector(Collector):
             labels=["node", "gpu", "domain"],
         )
         for g in gpus:
-            claimed = claimed_domain(g.cluster_uuid, g.clique_id)
-            if g.parent_index is not None or not in_nvlink_metrics(
-                g.fabric_state, g.fabric_status, claimed, g.domain_id is not None
+            # A card that has, or should have, a multi-node domain; a joined card names the one it joined.
+            if g.parent_index is not None or not (
+                g.domain_id is not None
+                or nvlink_rules.expects_domain(g.fabric_state, g.fabric_status, g.cluster_uuid, g.clique_id)
             ):
                 continue
+            claimed = nvlink_rules.claimed_text(g.cluster_uuid, g.clique_id)
             labels = [names[g.node_id], mig_label(g.index), domains.get(g.domain_id, claimed)]
             joined.add_metric(labels, 1.0 if g.domain_id is not None else 0.0)
             degraded.add_metric(labels, 1.0 if g.fabric_degraded else 0.0)
@@ -172,7 +155,9 @@ class FleetCollector(Collector):
         yield degraded
 
     def _nodes(self, nodes, gpus) -> Iterator[Metric]:
-        in_domain = {g.node_id for g in gpus if g.domain_id is not None or claimed_domain(g.cluster_uuid, g.clique_id)}
+        in_domain = {
+            g.node_id for g in gpus if g.domain_id is not None or nvlink_rules.claimed_text(g.cluster_uuid, g.clique_id)
+        }
         up = GaugeMetricFamily("llmgw_node_up", "1 when the node answers its heartbeats.", labels=["node", "state"])
         age = GaugeMetricFamily(
             "llmgw_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"]
