@@ -16,11 +16,13 @@ not the traffic.
 A scraper authenticates with a bearer API token: an operator's, or a
 read-only one issued for it (``ApiToken.read_only``). Anything else is 401.
 
-Extension point for the gateway: :func:`register_source` adds a function
-yielding metric families (requests, tokens, latency) to every scrape. Like
-the reconcile histogram, figures summed across processes must be stored
-outside process memory (the database or Redis), because any process may
-answer the scrape.
+Other apps' figures: :data:`SOURCES` names the functions yielding metric
+families (the gateway's requests, tokens and latency, ``gateway.metrics``)
+that every scrape adds. Observability sits above the apps it reads, so it
+names their sources here rather than being told them from below;
+:func:`register_source` adds one more. Like the reconcile histogram, figures
+summed across processes must be stored outside process memory (the database
+or Redis), because any process may answer the scrape.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from catalog.models import CatalogModel
 from core import histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
+from gateway import metrics as gateway_metrics
 from inventory import nvlink_rules
 from inventory.models import GPU, Node, NVLinkDomain, mig_label
 from placement.models import Replica, Shard
@@ -60,14 +63,13 @@ REPLICA_STATES = ("pending", "starting", "ready", "failed", "stopping")
 
 Source = Callable[[], Iterable[Metric]]
 # name -> a function yielding metric families, called at every scrape (see the module docstring).
-SOURCES: dict[str, Source] = {}
+SOURCES: dict[str, Source] = {"gateway": gateway_metrics.collect}
 
 _run = threading.local()
 
 
 def register_source(name: str, collect: Source) -> None:
-    """Add ``collect``'s families to every scrape, e.g. ``register_source("gateway", gateway.metrics.collect)``
-    from the gateway app's ``ready()``. Registering the same name again replaces it."""
+    """Add ``collect``'s families to every scrape, beside those :data:`SOURCES` names; the same name replaces it."""
     SOURCES[name] = collect
 
 
