@@ -19,7 +19,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Count, F, Func, IntegerField, Sum
 
-from inventory.models import GPU, MIG_INDEX_BASE, Node
+from inventory.devices import MIG_INDEX_BASE
+from inventory.models import GPU, Node
 from placement.models import Replica, ReplicaState, Shard
 
 # One row per device (carved cards left out), with what decides how it counts. The GPUs a shard

@@ -50,7 +50,8 @@ from core.auth import BearerTokenAuthentication
 from core.models import Finding
 from gateway import metrics as gateway_metrics
 from inventory import nvlink_rules
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
+from inventory.devices import mig_label
+from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Replica, Shard
 
 log = logging.getLogger(__name__)

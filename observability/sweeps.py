@@ -36,8 +36,9 @@ from django.db import transaction
 from catalog.models import CatalogModel
 from core.models import Finding, Severity
 from inventory import fabrics, nvlink_rules
+from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
+from inventory.models import GPU, Node, NVLinkDomain
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
 MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card

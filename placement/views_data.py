@@ -15,7 +15,8 @@ from typing import Any
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from inventory.models import Node, mig_label
+from inventory.devices import mig_label
+from inventory.models import Node
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.

@@ -19,7 +19,8 @@ from collections import defaultdict
 from typing import Any
 
 from inventory import nvlink_rules
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
+from inventory.devices import mig_label
+from inventory.models import GPU, Node, NVLinkDomain
 
 CARD_FIELDS = (
     "node_id",
