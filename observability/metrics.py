@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import NamedTuple
 
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -52,14 +51,17 @@ from gateway import metrics as gateway_metrics
 from inventory import nvlink_rules
 from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
-from placement.models import Replica, Shard
+from observability.fleet_summary import gpu_counts
+from placement.models import Replica
 
 log = logging.getLogger(__name__)
 
 RECONCILE_HISTOGRAM = "llmgw_reconcile_seconds"
 # A reconcile of a quiet fleet takes tens of milliseconds; one placing a large model across a rack, seconds.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-GPU_STATES = ("used", "free", "unhealthy")
+# The states of /api/v1/summary's counts, and what is left of the total: healthy, unused, on a closed node.
+COUNTED_STATES = ("used", "free", "unhealthy", "held")
+GPU_STATES = (*COUNTED_STATES, "unavailable")
 REPLICA_STATES = ("pending", "starting", "ready", "failed", "stopping")
 
 Source = Callable[[], Iterable[Metric]]
@@ -100,8 +102,6 @@ class GpuRow(NamedTuple):
     node_id: int
     index: int
     parent_index: int | None
-    gpu_class: str
-    sick: bool
     fabric_state: str
     fabric_status: str
     cluster_uuid: str
@@ -120,13 +120,11 @@ class FleetCollector(Collector):
         nodes = list(Node.objects.values_list("pk", "name", "state", "reachable", "lost", "last_seen", "imex_state"))
         names = {pk: name for pk, name, *_ in nodes}
         domains = {pk: f"{u}/{c}" for pk, u, c in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")}
-        # Whether a GPU is healthy is asked of the database: decoding 10,000 health lists costs more than the rest.
-        sick = ExpressionWrapper(~Q(health=[]), output_field=BooleanField())
-        rows = GPU.objects.annotate(sick=sick).values_list(*GpuRow._fields)
+        rows = GPU.objects.values_list(*GpuRow._fields)
         gpus = [GpuRow._make(row) for row in rows]
         yield from self._nvlink(gpus, names, domains)
         yield from self._nodes(nodes, gpus)
-        yield from self._gpus(gpus)
+        yield from self._gpus()
         yield from self._catalog()
         yield from self._findings()
         yield self._reconcile()
@@ -179,21 +177,20 @@ class FleetCollector(Collector):
                 imex.add_metric([name], 1.0 if imex_state == "up" else 0.0)
         yield from (up, age, imex)
 
-    def _gpus(self, gpus) -> Iterator[Metric]:
-        shards = Shard.objects.values_list("node_id", "gpu_indices")
-        held = {(node_id, i) for node_id, indices in shards for i in indices or []}
-        counts: Counter[tuple[str, str]] = Counter()
-        for g in gpus:
-            state = "used" if (g.node_id, g.index) in held else "unhealthy" if g.sick else "free"
-            counts[(g.gpu_class or "unknown", state)] += 1
+    def _gpus(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "llmgw_gpus",
-            "GPUs (MIG instances counted as GPUs) by class: used (held by a shard), free, unhealthy.",
+            "Devices (whole cards, and MIG instances in place of the card carved into them) by class and state, "
+            "counted as /api/v1/summary counts them: used (held by a shard), free (on a ready, reachable node), "
+            "unhealthy (whoever holds it), held (held back: MIG mode with no instances, an instance without its "
+            "MIG UUID), unavailable (healthy and unused on a node that takes no work).",
             labels=["class", "state"],
         )
-        for cls in sorted({c for c, _ in counts}):
-            for state in GPU_STATES:
-                family.add_metric([cls, state], float(counts[(cls, state)]))
+        for counts in gpu_counts().classes:
+            unavailable = counts["total"] - sum(counts[s] for s in COUNTED_STATES)
+            for state in COUNTED_STATES:
+                family.add_metric([counts["class"], state], float(counts[state]))
+            family.add_metric([counts["class"], "unavailable"], float(unavailable))
         yield family
 
     def _catalog(self) -> Iterator[Metric]:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from catalog.models import CatalogModel
@@ -21,6 +22,15 @@ from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
 COUNTING = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
+
+
+def gpu_holders() -> QuerySet:
+    """Rows (node id, GPU indices) of every shard: what holds GPUs, for the inventory's counts of them.
+
+    Every shard holds its GPUs, failed and stopping ones too: their processes
+    may keep the memory until the agent has stopped them.
+    """
+    return Shard.objects.order_by().values_list("node_id", "gpu_indices")
 
 
 def replica_list(model: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
