@@ -2,10 +2,6 @@ from django.apps import AppConfig
 
 
 class GatewayConfig(AppConfig):
+    """The /v1 proxy, keys and budgets; its figures for ``/metrics`` are ``gateway.metrics``, read by observability."""
+
     name = "gateway"
-
-    def ready(self) -> None:
-        from gateway import metrics
-        from observability.metrics import register_source
-
-        register_source("gateway", metrics.collect)

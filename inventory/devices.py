@@ -1,8 +1,8 @@
-"""Counting a node's devices by class, and reading a card's nearest adapter.
+"""Numbering and counting a node's devices by class, and reading a card's nearest adapter.
 
 Pure code over plain dicts (GPU rows as ``.values()`` gives them), so the node
 list, the node page and the fleet summary count the same way and never query
-per GPU.
+per GPU. No Django: the models import their MIG numbering from here.
 
 A device is what placement hands out: a whole card, or one MIG instance. A
 card in MIG mode that has instances is not a device itself (it is placed only
@@ -15,7 +15,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from inventory.models import MIG_INDEX_BASE, mig_label
+# MIG instances are GPU rows numbered past every real card index, so a card
+# and its instances sort together and never collide: 1000 + 100 × card + gi.
+MIG_INDEX_BASE = 1000
+MIG_INDEX_STRIDE = 100
+
+
+def mig_index(card: int, instance: int) -> int:
+    """The inventory number of MIG instance ``instance`` on card ``card``."""
+    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card + instance
+
+
+def mig_label(index: int) -> str:
+    """How people see a GPU number: ``3`` for a card, ``3/mig2`` for an instance."""
+    if index < MIG_INDEX_BASE:
+        return str(index)
+    card, instance = divmod(index - MIG_INDEX_BASE, MIG_INDEX_STRIDE)
+    return f"{card}/mig{instance}"
+
 
 # Nearness of an adapter to a card, as nvidia-smi topo prints it, nearest first.
 NEARNESS = ("PIX", "PXB", "PHB", "NODE", "SYS")

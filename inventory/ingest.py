@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 
 from agent.protocol import report_digest
+from inventory import nvlink_rules
 from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
 
 
@@ -45,23 +46,13 @@ class IngestResult:
         return bool(self.node_fields or self.gpus_added or self.gpus_updated or self.gpus_removed or self.ports_changed)
 
 
-def is_zero_uuid(value: str) -> bool:
-    return not value.replace("0", "").replace("-", "").strip()
-
-
-def joined_domain(fabric: dict | None) -> tuple[str, int] | None:
-    """The NVLink domain a card has joined, per DESIGN.md, or None.
-
-    Joined means state Completed, status Success and a ClusterUUID that is not
-    all zeros (all zeros is one machine's own NVSwitch, which is no domain).
-    """
+def joined_domain(fabric: dict | None) -> nvlink_rules.DomainKey | None:
+    """The NVLink domain a card's report says it has joined, or None (the rule: inventory.nvlink_rules)."""
     if not fabric:
         return None
-    uuid = (fabric.get("cluster_uuid") or "").strip()
-    if fabric.get("state") != "Completed" or fabric.get("status") != "Success" or not uuid or is_zero_uuid(uuid):
-        return None
-    clique = fabric.get("clique_id")
-    return (uuid.lower(), int(clique) if clique is not None else 0)
+    return nvlink_rules.joined_key(
+        fabric.get("state"), fabric.get("status"), fabric.get("cluster_uuid"), fabric.get("clique_id")
+    )
 
 
 def node_columns(report: dict) -> dict[str, Any]:
@@ -139,9 +130,9 @@ class DomainCache:
     """NVLink domains by key, created on first sight, within one ingestion."""
 
     def __init__(self) -> None:
-        self.by_key: dict[tuple[str, int], NVLinkDomain] = {}
+        self.by_key: dict[nvlink_rules.DomainKey, NVLinkDomain] = {}
 
-    def get(self, key: tuple[str, int]) -> NVLinkDomain:
+    def get(self, key: nvlink_rules.DomainKey) -> NVLinkDomain:
         if key not in self.by_key:
             self.by_key[key], _ = NVLinkDomain.objects.get_or_create(cluster_uuid=key[0], clique_id=key[1])
         return self.by_key[key]

@@ -12,23 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-# MIG instances are GPU rows numbered past every real card index, so a card
-# and its instances sort together and never collide: 1000 + 100 × card + gi.
-MIG_INDEX_BASE = 1000
-MIG_INDEX_STRIDE = 100
-
-
-def mig_index(card: int, instance: int) -> int:
-    """The inventory number of MIG instance ``instance`` on card ``card``."""
-    return MIG_INDEX_BASE + MIG_INDEX_STRIDE * card + instance
-
-
-def mig_label(index: int) -> str:
-    """How people see a GPU number: ``3`` for a card, ``3/mig2`` for an instance."""
-    if index < MIG_INDEX_BASE:
-        return str(index)
-    card, instance = divmod(index - MIG_INDEX_BASE, MIG_INDEX_STRIDE)
-    return f"{card}/mig{instance}"
+from inventory.devices import MIG_INDEX_BASE, mig_label
 
 
 class NodeState(models.TextChoices):

@@ -27,10 +27,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from inventory.devices import MIG_INDEX_BASE
+
 MAX_GPUS = 2048
 MAX_PORTS = 512
 MAX_PROBLEMS_REPORTED = 10
-MIG_INDEX_BASE = 1000
 
 Check = Callable[[Any], bool]
 # A string's most characters, or an integer's (lowest, highest).

@@ -6,7 +6,8 @@ broken, what holds cards it is not using — are aggregates. Everything here is
 derived from the same functions the tables use (``node_list``,
 ``replica_list``, ``model_list``), so it can never disagree with them — or,
 on PostgreSQL, counted in the database by the same rules (``fleet_sql``),
-which a test holds equal to the row-by-row count.
+which a test holds equal to the row-by-row count. The devices by class are
+the inventory's one count (:func:`gpu_counts`), which ``/metrics`` reads too.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 import httpx
 from django.utils import timezone
 
+from inventory.views_data.gpu_counts import DeviceCounts, device_counts
 from observability import fleet_sql
-from placement.views_data import model_list, node_list, replica_list
+from placement.views_data import gpu_holders, model_list, node_list, replica_list
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
 # seconds: one that flaps in and out of the list is noise, and unloading a
@@ -33,12 +35,13 @@ PATRONI_TIMEOUT_S = 1.0
 def summary(now: datetime | None = None, *, in_database: bool | None = None) -> dict[str, Any]:
     """The summary; counted in the database on PostgreSQL (see ``fleet_sql``), row by row elsewhere."""
     now = now or timezone.now()
-    if in_database if in_database is not None else fleet_sql.available():
-        classes, per_node = fleet_sql.device_counts()
+    database = in_database if in_database is not None else fleet_sql.available()
+    devices = gpu_counts(database)
+    if database:
         out: dict[str, Any] = {
             "nodes": fleet_sql.node_totals(),
-            "gpus": classes,
-            "fabrics": fleet_sql.fabrics(per_node),
+            "gpus": devices.classes,
+            "fabrics": fleet_sql.fabrics(devices.nodes),
             "replicas": fleet_sql.replica_totals(),
             "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
         }
@@ -46,7 +49,7 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
         nodes, replicas = node_list(now), replica_list(now=now)
         out = {
             "nodes": _node_totals(nodes),
-            "gpus": _classes(nodes),
+            "gpus": devices.classes,
             "fabrics": _fabrics(nodes),
             "replicas": _replica_totals(replicas),
             "idle_replicas": _idle(replicas),
@@ -58,28 +61,21 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
     return out
 
 
+def gpu_counts(in_database: bool | None = None) -> DeviceCounts:
+    """The fleet's devices by class and per node, as the summary and ``/metrics`` both count them.
+
+    Counted by the inventory (``inventory.views_data.gpu_counts``), with the
+    GPUs placement's shards hold; in the database where ``fleet_sql`` says so.
+    """
+    return device_counts(gpu_holders(), database=in_database if in_database is not None else fleet_sql.available())
+
+
 def _node_totals(nodes: list[dict]) -> dict[str, int]:
     """By the states that need different responses; an unreachable node counts there whatever its state."""
     totals = {"total": len(nodes), "ready": 0, "cordoned": 0, "draining": 0, "unreachable": 0}
     for n in nodes:
         totals["unreachable" if not n["reachable"] else n["state"]] += 1
     return totals
-
-
-def _classes(nodes: list[dict]) -> list[dict[str, Any]]:
-    """Devices by class (MIG instances by their own class); unhealthy ones are neither used nor free."""
-    by_class: dict[str, dict[str, Any]] = {}
-    for n in nodes:
-        for c in n["devices"]:
-            u = by_class.setdefault(
-                c["class"], {"class": c["class"], "total": 0, "used": 0, "free": 0, "unhealthy": 0, "held": 0}
-            )
-            for key in ("total", "used", "unhealthy", "held"):
-                u[key] += c[key]
-            # Capacity on an unreachable or cordoned node is not capacity.
-            if n["reachable"] and n["state"] == "ready":
-                u["free"] += c["free"]
-    return [by_class[k] for k in sorted(by_class)]
 
 
 def _fabrics(nodes: list[dict]) -> list[dict[str, Any]]:

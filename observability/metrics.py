@@ -16,23 +16,24 @@ not the traffic.
 A scraper authenticates with a bearer API token: an operator's, or a
 read-only one issued for it (``ApiToken.read_only``). Anything else is 401.
 
-Extension point for the gateway: :func:`register_source` adds a function
-yielding metric families (requests, tokens, latency) to every scrape. Like
-the reconcile histogram, figures summed across processes must be stored
-outside process memory (the database or Redis), because any process may
-answer the scrape.
+Other apps' figures: :data:`SOURCES` names the functions yielding metric
+families (the gateway's requests, tokens and latency, ``gateway.metrics``)
+that every scrape adds. Observability sits above the apps it reads, so it
+names their sources here rather than being told them from below;
+:func:`register_source` adds one more. Like the reconcile histogram, figures
+summed across processes must be stored outside process memory (the database
+or Redis), because any process may answer the scrape.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import NamedTuple
 
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -46,29 +47,32 @@ from catalog.models import CatalogModel
 from core import histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
-from inventory.ingest import is_zero_uuid
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
-from placement.models import Replica, Shard
+from gateway import metrics as gateway_metrics
+from inventory import nvlink_rules
+from inventory.devices import mig_label
+from inventory.models import GPU, Node, NVLinkDomain
+from observability.fleet_summary import gpu_counts
+from placement.models import Replica
 
 log = logging.getLogger(__name__)
 
 RECONCILE_HISTOGRAM = "llmgw_reconcile_seconds"
 # A reconcile of a quiet fleet takes tens of milliseconds; one placing a large model across a rack, seconds.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-GPU_STATES = ("used", "free", "unhealthy")
+# The states of /api/v1/summary's counts, and what is left of the total: healthy, unused, on a closed node.
+COUNTED_STATES = ("used", "free", "unhealthy", "held")
+GPU_STATES = (*COUNTED_STATES, "unavailable")
 REPLICA_STATES = ("pending", "starting", "ready", "failed", "stopping")
-NO_FABRIC = ("", "Not Supported")
 
 Source = Callable[[], Iterable[Metric]]
 # name -> a function yielding metric families, called at every scrape (see the module docstring).
-SOURCES: dict[str, Source] = {}
+SOURCES: dict[str, Source] = {"gateway": gateway_metrics.collect}
 
 _run = threading.local()
 
 
 def register_source(name: str, collect: Source) -> None:
-    """Add ``collect``'s families to every scrape, e.g. ``register_source("gateway", gateway.metrics.collect)``
-    from the gateway app's ``ready()``. Registering the same name again replaces it."""
+    """Add ``collect``'s families to every scrape, beside those :data:`SOURCES` names; the same name replaces it."""
     SOURCES[name] = collect
 
 
@@ -98,32 +102,12 @@ class GpuRow(NamedTuple):
     node_id: int
     index: int
     parent_index: int | None
-    gpu_class: str
-    sick: bool
     fabric_state: str
     fabric_status: str
     cluster_uuid: str
     clique_id: int | None
     domain_id: int | None
     fabric_degraded: bool | None
-
-
-def claimed_domain(uuid: str, clique: int | None) -> str:
-    """The domain a card names, joined or not: empty when it names none (an HGX's own NVSwitch reads all zeros)."""
-    return "" if not uuid or is_zero_uuid(uuid) else f"{uuid}/{clique or 0}"
-
-
-def in_nvlink_metrics(fabric_state: str, fabric_status: str, claimed: str, joined: bool) -> bool:
-    """Whether a card has a place in ``llmgw_gpu_nvlink_joined``: it has, or should have, a multi-node domain.
-
-    Left out: cards with no fabric, and cards whose registration completed on
-    a machine's own NVSwitch (no domain to join). A card stuck registering is
-    in, with 0, even when it cannot name its domain yet.
-    """
-    if fabric_state in NO_FABRIC:
-        return False
-    settled = fabric_state == "Completed" and fabric_status.lower() == "success"
-    return joined or bool(claimed) or not settled
 
 
 class FleetCollector(Collector):
@@ -136,13 +120,11 @@ class FleetCollector(Collector):
         nodes = list(Node.objects.values_list("pk", "name", "state", "reachable", "lost", "last_seen", "imex_state"))
         names = {pk: name for pk, name, *_ in nodes}
         domains = {pk: f"{u}/{c}" for pk, u, c in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")}
-        # Whether a GPU is healthy is asked of the database: decoding 10,000 health lists costs more than the rest.
-        sick = ExpressionWrapper(~Q(health=[]), output_field=BooleanField())
-        rows = GPU.objects.annotate(sick=sick).values_list(*GpuRow._fields)
+        rows = GPU.objects.values_list(*GpuRow._fields)
         gpus = [GpuRow._make(row) for row in rows]
         yield from self._nvlink(gpus, names, domains)
         yield from self._nodes(nodes, gpus)
-        yield from self._gpus(gpus)
+        yield from self._gpus()
         yield from self._catalog()
         yield from self._findings()
         yield self._reconcile()
@@ -160,11 +142,13 @@ class FleetCollector(Collector):
             labels=["node", "gpu", "domain"],
         )
         for g in gpus:
-            claimed = claimed_domain(g.cluster_uuid, g.clique_id)
-            if g.parent_index is not None or not in_nvlink_metrics(
-                g.fabric_state, g.fabric_status, claimed, g.domain_id is not None
+            # A card that has, or should have, a multi-node domain; a joined card names the one it joined.
+            if g.parent_index is not None or not (
+                g.domain_id is not None
+                or nvlink_rules.expects_domain(g.fabric_state, g.fabric_status, g.cluster_uuid, g.clique_id)
             ):
                 continue
+            claimed = nvlink_rules.claimed_text(g.cluster_uuid, g.clique_id)
             labels = [names[g.node_id], mig_label(g.index), domains.get(g.domain_id, claimed)]
             joined.add_metric(labels, 1.0 if g.domain_id is not None else 0.0)
             degraded.add_metric(labels, 1.0 if g.fabric_degraded else 0.0)
@@ -172,7 +156,9 @@ class FleetCollector(Collector):
         yield degraded
 
     def _nodes(self, nodes, gpus) -> Iterator[Metric]:
-        in_domain = {g.node_id for g in gpus if g.domain_id is not None or claimed_domain(g.cluster_uuid, g.clique_id)}
+        in_domain = {
+            g.node_id for g in gpus if g.domain_id is not None or nvlink_rules.claimed_text(g.cluster_uuid, g.clique_id)
+        }
         up = GaugeMetricFamily("llmgw_node_up", "1 when the node answers its heartbeats.", labels=["node", "state"])
         age = GaugeMetricFamily(
             "llmgw_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"]
@@ -191,21 +177,20 @@ class FleetCollector(Collector):
                 imex.add_metric([name], 1.0 if imex_state == "up" else 0.0)
         yield from (up, age, imex)
 
-    def _gpus(self, gpus) -> Iterator[Metric]:
-        shards = Shard.objects.values_list("node_id", "gpu_indices")
-        held = {(node_id, i) for node_id, indices in shards for i in indices or []}
-        counts: Counter[tuple[str, str]] = Counter()
-        for g in gpus:
-            state = "used" if (g.node_id, g.index) in held else "unhealthy" if g.sick else "free"
-            counts[(g.gpu_class or "unknown", state)] += 1
+    def _gpus(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "llmgw_gpus",
-            "GPUs (MIG instances counted as GPUs) by class: used (held by a shard), free, unhealthy.",
+            "Devices (whole cards, and MIG instances in place of the card carved into them) by class and state, "
+            "counted as /api/v1/summary counts them: used (held by a shard), free (on a ready, reachable node), "
+            "unhealthy (whoever holds it), held (held back: MIG mode with no instances, an instance without its "
+            "MIG UUID), unavailable (healthy and unused on a node that takes no work).",
             labels=["class", "state"],
         )
-        for cls in sorted({c for c, _ in counts}):
-            for state in GPU_STATES:
-                family.add_metric([cls, state], float(counts[(cls, state)]))
+        for counts in gpu_counts().classes:
+            unavailable = counts["total"] - sum(counts[s] for s in COUNTED_STATES)
+            for state in COUNTED_STATES:
+                family.add_metric([counts["class"], state], float(counts[state]))
+            family.add_metric([counts["class"], "unavailable"], float(unavailable))
         yield family
 
     def _catalog(self) -> Iterator[Metric]:

@@ -35,14 +35,13 @@ from django.db import transaction
 
 from catalog.models import CatalogModel
 from core.models import Finding, Severity
-from inventory import fabrics
+from inventory import fabrics, nvlink_rules
+from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
-from observability.metrics import claimed_domain
+from inventory.models import GPU, Node, NVLinkDomain
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
 MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card
-NO_FABRIC = ("", "Not Supported")
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,13 @@ def load(now: datetime) -> Fleet:
     for node, index, parent, state, domain_id, uuid, clique, health in rows:
         fleet.gpus.append(
             GpuFact(
-                node, index, parent is None, state, keys.get(domain_id), claimed_domain(uuid, clique), tuple(health)
+                node,
+                index,
+                parent is None,
+                state,
+                keys.get(domain_id),
+                nvlink_rules.claimed_text(uuid, clique),
+                tuple(health),
             )
         )
     fleet.fabric_report = analyze_inventory(now)
@@ -137,7 +142,7 @@ def partly_joined(fleet: Fleet) -> list[Found]:
     members = domain_members(fleet)
     cards_by_node: dict[str, list[GpuFact]] = defaultdict(list)
     for g in fleet.gpus:
-        if g.is_card and g.fabric_state not in NO_FABRIC:
+        if g.is_card and nvlink_rules.has_fabric(g.fabric_state):
             cards_by_node[g.node].append(g)
     found = []
     for key, nodes in sorted(members.items()):

@@ -16,18 +16,28 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from catalog.models import CatalogModel
 from catalog.views_data import model_rows, model_view
-from inventory.models import Node, mig_label
+from inventory.devices import mig_label
+from inventory.models import Node
 from inventory.views_data import nodes as inventory_nodes
 from inventory.views_data.nodes import NodeUsage
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
 COUNTING = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
+
+
+def gpu_holders() -> QuerySet:
+    """Rows (node id, GPU indices) of every shard: what holds GPUs, for the inventory's counts of them.
+
+    Every shard holds its GPUs, failed and stopping ones too: their processes
+    may keep the memory until the agent has stopped them.
+    """
+    return Shard.objects.order_by().values_list("node_id", "gpu_indices")
 
 
 def replica_list(model: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -203,10 +213,10 @@ def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None
     node = Node.objects.filter(name=name).first()
     if node is None:
         return None
-    return inventory_nodes.node_detail(node, node_usage(node.pk), gpu_holders(node.pk), node_shards(node), now)
+    return inventory_nodes.node_detail(node, node_usage(node.pk), node_gpu_holders(node.pk), node_shards(node), now)
 
 
-def gpu_holders(node_id: int) -> dict[int, str]:
+def node_gpu_holders(node_id: int) -> dict[int, str]:
     """GPU index → the replica whose shard holds it on this node, as ``model#replica``."""
     holders = {}
     for replica_id, model, indices in Shard.objects.filter(node_id=node_id).values_list(

@@ -23,8 +23,9 @@ from typing import Any
 from django.utils import timezone
 
 from inventory import devices
+from inventory.devices import mig_label
 from inventory.fabrics import ERROR_COUNTERS, describe_key, fabric_id
-from inventory.models import GPU, IBPort, Node, NVLinkDomain, mig_label
+from inventory.models import GPU, IBPort, Node, NVLinkDomain
 
 # A load reading older than this is not shown as current: unknown, not idle.
 LOAD_FRESH = timedelta(minutes=1)

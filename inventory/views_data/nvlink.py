@@ -18,11 +18,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from inventory.ingest import is_zero_uuid
-from inventory.models import GPU, Node, NVLinkDomain, mig_label
-
-# Fabric states of a card with no multi-node fabric at all (a PCIe card, an HGX's own NVSwitch).
-NO_FABRIC_STATES = frozenset({"", "n/a", "not supported", "not_supported"})
+from inventory import nvlink_rules
+from inventory.devices import mig_label
+from inventory.models import GPU, Node, NVLinkDomain
 
 CARD_FIELDS = (
     "node_id",
@@ -43,7 +41,7 @@ CARD_FIELDS = (
 def nvlink_report() -> dict[str, Any]:
     """Every NVLink domain with its nodes; nodes trying to join none under ``unassigned``."""
     domains = {d.pk: d for d in NVLinkDomain.objects.all()}
-    by_key = {(d.cluster_uuid.lower(), d.clique_id): pk for pk, d in domains.items()}
+    by_key = {k: pk for pk, d in domains.items() if (k := nvlink_rules.claimed_key(d.cluster_uuid, d.clique_id))}
     cards: dict[int, list[dict]] = defaultdict(list)
     for g in GPU.objects.filter(parent_index__isnull=True).exclude(fabric_state="").values(*CARD_FIELDS):
         cards[g["node_id"]].append(g)
@@ -61,17 +59,15 @@ def nvlink_report() -> dict[str, Any]:
     return {"domains": out, "unassigned": sorted(unassigned, key=lambda n: n["node"])}
 
 
-def _claimed(card: dict, by_key: dict[tuple[str, int], int]) -> int | None:
+def _claimed(card: dict, by_key: dict[nvlink_rules.DomainKey, int]) -> int | None:
     """The domain a card has joined, or the one its ClusterUUID and CliqueId name though it has not joined."""
     if card["domain_id"]:
         return card["domain_id"]
-    uuid = (card["cluster_uuid"] or "").strip().lower()
-    if not uuid or is_zero_uuid(uuid) or card["clique_id"] is None:
-        return None
-    return by_key.get((uuid, card["clique_id"]))
+    key = nvlink_rules.claimed_key(card["cluster_uuid"], card["clique_id"])
+    return None if key is None else by_key.get(key)
 
 
-def _home(cards: list[dict], by_key: dict[tuple[str, int], int]) -> int | None:
+def _home(cards: list[dict], by_key: dict[nvlink_rules.DomainKey, int]) -> int | None:
     """The domain most of a node's cards belong with; by id on a tie, so the answer is stable."""
     counts: dict[int, int] = defaultdict(int)
     for c in cards:
@@ -82,8 +78,7 @@ def _home(cards: list[dict], by_key: dict[tuple[str, int], int]) -> int | None:
 
 def _trying(card: dict) -> bool:
     """A card that has a multi-node fabric but is not (yet) in a domain: in progress, or failed."""
-    state = (card["fabric_state"] or "").strip().lower()
-    return state not in NO_FABRIC_STATES and state != "completed"
+    return nvlink_rules.trying(card["fabric_state"], card["fabric_status"])
 
 
 def _joined(card: dict, domain_pk: int | None) -> bool:
@@ -115,10 +110,10 @@ def _card_reason(card: dict, domain_pk: int | None) -> str | None:
         return None
     label = mig_label(card["index"])
     state = (card["fabric_state"] or "").strip()
-    if state.lower() != "completed":
+    if not nvlink_rules.completed(state):
         return f"gpu {label} fabric state {state}"
     status = (card["fabric_status"] or "").strip()
-    if status.lower() != "success":
+    if not nvlink_rules.registered(state, status):
         return f"gpu {label} fabric status {status or 'not reported'}"
     return f"gpu {label} joined another domain" if card["domain_id"] else f"gpu {label} joined no domain"
 

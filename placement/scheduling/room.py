@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from catalog.rules import CPU_CLASS
+from inventory import nvlink_rules
 from placement.scheduling.types import (
     CORDONED,
     DRAINING,
@@ -25,9 +26,6 @@ from placement.scheduling.types import (
     ReplicaInfo,
     gpu_label,
 )
-
-# Fabric states a card reports when it has no multi-node fabric at all.
-NO_FABRIC_STATES = frozenset({"", "n/a", "not supported", "not_supported"})
 
 # How many of a node's problems one reason spells out before "…".
 PROBLEMS_SHOWN = 3
@@ -150,11 +148,11 @@ def _held_back(g: GpuInfo, parents: set[int]) -> str | None:
 def _card_problem(g: GpuInfo, hint: str | None) -> str | None:
     """Why one card has not joined the domain ``hint``, or None when it has."""
     state = g.fabric_state.strip()
-    if state.lower() in NO_FABRIC_STATES:
+    if not nvlink_rules.has_fabric(state):
         return f"gpu {g.index} reports no fabric"
-    if state.lower() != "completed":
+    if not nvlink_rules.completed(state):
         return f"gpu {g.index} fabric state {state}"
-    if g.fabric_status.strip().lower() != "success":
+    if not nvlink_rules.registered(state, g.fabric_status):
         return f"gpu {g.index} fabric status {g.fabric_status.strip() or 'not reported'}"
     if g.domain is None:
         return f"gpu {g.index} joined no domain"
@@ -176,23 +174,19 @@ def _domain(gpus: tuple[GpuInfo, ...]) -> tuple[str | None, str | None, str | No
         return None, None, None
     joined_to: dict[str, int] = {}
     for g in cards:
-        if g.domain and _joined(g):
+        if g.domain and nvlink_rules.registered(g.fabric_state, g.fabric_status):
             joined_to[g.domain] = joined_to.get(g.domain, 0) + 1
     # The domain most cards joined is the one the node belongs with; by name on a tie.
     hint = min(joined_to, key=lambda d: (-joined_to[d], d)) if joined_to else None
     problems = [p for g in cards if (p := _card_problem(g, hint))]
     if not problems:
         return hint, hint, None
-    trying = any(g.fabric_state.strip().lower() not in NO_FABRIC_STATES | {"completed"} for g in cards)
+    trying = any(nvlink_rules.trying(g.fabric_state, g.fabric_status) for g in cards)
     if hint is None and not trying:
         return None, None, None
     shown = "; ".join(problems[:PROBLEMS_SHOWN]) + ("; …" if len(problems) > PROBLEMS_SHOWN else "")
     where = f" {hint}" if hint else ""
     return None, hint, f"{joined_to.get(hint, 0) if hint else 0} of {len(cards)} cards joined{where}; {shown}"
-
-
-def _joined(g: GpuInfo) -> bool:
-    return g.fabric_state.strip().lower() == "completed" and g.fabric_status.strip().lower() == "success"
 
 
 def _imex_problem(node: NodeInfo) -> str | None:

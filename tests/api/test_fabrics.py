@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from inventory.models import SubnetManagerChange
+from inventory.ingest import ingest_report
+from inventory.models import GPU, Node, SubnetManagerChange
 from tests.api.fleet import ingest, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -51,6 +52,31 @@ def test_what_keeps_trays_out_is_said_per_tray(operator, rack):
     amber = trays["nvl72-00-tray-07"]
     assert amber["ready"] and amber["warnings"] == ["gpu 2 NVLink bandwidth degraded (Degraded)"]
     assert "nvlink_domain" not in next(n for n in operator.get("/api/v1/nodes").json() if n["id"] == "nvl72-00-tray-03")
+
+
+def test_a_tray_whose_registration_failed_is_listed_with_the_status_not_dropped(operator, rack):
+    """Azure's capture: Completed, Insufficient Resources, an all-zero ClusterUUID: it names no rack, so unassigned."""
+    GPU.objects.filter(node__name="nvl72-00-tray-04").update(
+        fabric_status="Insufficient Resources", cluster_uuid="00000000-0000-0000-0000-000000000000", clique_id=0,
+        domain=None,
+    )  # fmt: skip
+    report = operator.get("/api/v1/nvlink").json()
+    [failed] = report["unassigned"]
+    assert failed["node"] == "nvl72-00-tray-04" and not failed["in_domain"]
+    assert failed["out"][0] == "gpu 0 fabric status Insufficient Resources"
+    assert report["domains"][0]["nodes_total"] == 17
+
+
+def test_a_report_spelling_the_fabric_in_another_case_joins_the_same_domain(operator, rack):
+    """Completed/Success and the ClusterUUID compared case- and space-blind, as inventory.nvlink_rules does."""
+    sim = rack["nvl72-00-tray-02"]
+    report = sim.report()
+    for gpu in report["gpus"]:
+        fabric = gpu["fabric"]
+        fabric.update(state=" COMPLETED", status="success ", cluster_uuid=fabric["cluster_uuid"].upper())
+    ingest_report(Node.objects.get(name=sim.name), report, timezone.now())
+    [domain] = operator.get("/api/v1/nvlink").json()["domains"]
+    assert (domain["nodes_total"], domain["nodes_in"], domain["gpus_joined"]) == (18, 18, 72)
 
 
 def test_fabrics_group_ports_by_their_subnet_manager(operator, rack):

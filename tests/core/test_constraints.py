@@ -6,7 +6,8 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from catalog.models import Alias, CatalogModel, Fallback, Profile
-from inventory.models import GPU, IBPort, Node, NVLinkDomain, mig_index, mig_label
+from inventory.devices import mig_index, mig_label
+from inventory.models import GPU, IBPort, Node, NVLinkDomain
 from placement.models import Replica, Shard
 
 pytestmark = pytest.mark.django_db

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.models import ApiToken
+from gateway import metrics as gateway_metrics
 from gateway.models import ApiKey, Organisation, Team, UsageHour, UsageRecord
+from observability import metrics
 
 pytestmark = pytest.mark.django_db
 
@@ -68,3 +73,13 @@ def test_requests_tokens_and_latency_reach_the_scrape(client, django_user_model,
     assert samples[("llmgw_gateway_first_byte_seconds", (("model", "llama-8b"), ("quantile", "0.5")))] == pytest.approx(
         0.003
     )
+
+
+def test_observability_names_the_gateways_source_and_the_gateway_never_imports_observability():
+    """Higher imports lower: the scrape reads gateway.metrics; the gateway is not told to register from below."""
+    assert metrics.SOURCES["gateway"] is gateway_metrics.collect
+    for path in Path(gateway_metrics.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n.split(".")[0] == "observability"], f"{path.name} imports observability"

@@ -102,12 +102,18 @@ def test_gpus_by_class_and_state(sims):
         ("gb200-185g", "used"): 0.0,
         ("gb200-185g", "free"): 72.0,
         ("gb200-185g", "unhealthy"): 0.0,
+        ("gb200-185g", "held"): 0.0,
+        ("gb200-185g", "unavailable"): 0.0,
         ("h100-80g", "used"): 4.0,
         ("h100-80g", "free"): 11.0,
         ("h100-80g", "unhealthy"): 1.0,
+        ("h100-80g", "held"): 0.0,
+        ("h100-80g", "unavailable"): 0.0,
         ("a100-80g-mig-1g.20gb", "used"): 1.0,
         ("a100-80g-mig-1g.20gb", "free"): 3.0,
         ("a100-80g-mig-1g.20gb", "unhealthy"): 0.0,
+        ("a100-80g-mig-1g.20gb", "held"): 0.0,
+        ("a100-80g-mig-1g.20gb", "unavailable"): 0.0,
     }
 
 
@@ -139,8 +145,10 @@ def test_the_scrape_costs_the_same_queries_for_any_fleet_size(django_assert_max_
     ingest_fleet("gb200-nvl72:2", NOW)
     with CaptureQueriesContext(connection) as large:
         scrape_fleet(NOW)
-    # Eleven: the set-aside usage count (issue #18) is one query more, the same for any fleet.
-    assert len(large) == len(small) <= 11
+    # Fourteen: the set-aside usage count (issue #18) is one query more, the same for any fleet; the devices by
+    # class are counted in the database as the summary counts them, in a savepoint of their own with PostgreSQL's
+    # JIT off (savepoint, SET LOCAL, the count, release: three more than the shard query they replace).
+    assert len(large) == len(small) <= 14
 
 
 def test_label_values_are_bounded(sims):
@@ -150,7 +158,7 @@ def test_label_values_are_bounded(sims):
     nodes = set(sims)
     allowed = {
         "node": nodes,
-        "state": {"ready", "cordoned", "draining", "used", "free", "unhealthy", *metrics.REPLICA_STATES},
+        "state": {"ready", "cordoned", "draining", *metrics.GPU_STATES, *metrics.REPLICA_STATES},
         "class": {"gb200-185g", "h100-80g", "a100-80g-mig-1g.20gb"},
         "model": {"llama"},
         "le": {str(float(b)) for b in metrics.RECONCILE_BUCKETS} | {"+Inf"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from placement.scheduler import plan
 from tests.placement.fleet import (
     domain_key,
@@ -65,6 +67,20 @@ def test_a_tray_none_of_whose_cards_joined_says_so():
     p = plan(snapshot(rack, [model("pair", gb200(2))]))
     assert any(
         line.startswith(f"{tray('rack-a', 1)}: 0 of 4 cards joined; gpu 0 fabric state In Progress")
+        for line in reasons(p, "pair")
+    )
+
+
+def test_a_tray_whose_registration_failed_says_so():
+    """Azure's capture: Completed, with NVML's Insufficient Resources as the status. It tried and has not joined."""
+    rack = nvl72_rack("rack-a", trays=2, fabric=None)
+    failed = tuple(
+        replace(g, fabric_state="Completed", fabric_status="Insufficient Resources", domain=None) for g in rack[1].gpus
+    )
+    rack[1] = replace(rack[1], gpus=failed)
+    p = plan(snapshot(rack, [model("pair", gb200(2))]))
+    assert any(
+        line.startswith(f"{tray('rack-a', 1)}: 0 of 4 cards joined; gpu 0 fabric status Insufficient Resources")
         for line in reasons(p, "pair")
     )
 
