@@ -32,7 +32,7 @@ from datetime import datetime
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from core.tokens import hash_token
+from core.credentials import hash_token
 from inventory.models import Node
 
 log = logging.getLogger(__name__)

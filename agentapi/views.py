@@ -22,7 +22,7 @@ from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, too_large
 from api import weight_collection
 from catalog import rules
 from core import jsonbody
-from core.tokens import hash_token, new_token
+from core.credentials import hash_token, new_token
 from dashboard import live
 from inventory import ingest, scans
 from inventory.bounds import report_bounds

@@ -95,7 +95,7 @@ class JoinTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         from django.contrib import messages
 
-        from core.tokens import hash_token, hint, new_token
+        from core.credentials import hash_token, hint, new_token
 
         if not change:
             secret = new_token("llmgw_join")
