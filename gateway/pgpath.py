@@ -35,6 +35,7 @@ from datetime import datetime
 import psycopg
 from django.db import connections
 
+from core.credentials import hash_token
 from gateway import admission, budgets, errors, keys, leases
 from gateway.admission import Admission
 
@@ -191,9 +192,23 @@ class PgPath:
         """The caller behind a key, or the 401 (``admission.authenticate_only`` on the loop)."""
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
-        wanted = keys.digest(secret)
-        caller, why = keys.caller_from_row(await self._read(self.lookup_sql, {"digest": wanted}), wanted)
+        wanted = hash_token(secret)
+        row = await self._read(self.lookup_sql, {"digest": wanted})
+        if row is None and await self._upgraded(secret):
+            row = await self._read(self.lookup_sql, {"digest": wanted})
+        caller, why = keys.caller_from_row(row, wanted)
         return Admission(caller, None if caller else errors.unauthorized(why))
+
+    async def _upgraded(self, secret: str) -> bool:
+        """Whether a key not found may have been stored under the old HMAC, and is now stored anew if it was.
+
+        Rare (keys issued before core.credentials' policy, on first use, or unknown keys
+        where the old secret is still set), so on the ORM's threads (keys.upgrade_legacy).
+        """
+        if keys.legacy_secret() is None:
+            return False
+        await self.run_db(keys.upgrade_legacy, secret)
+        return True
 
     async def admit(
         self,
@@ -208,14 +223,11 @@ class PgPath:
         """What ``admission.admit`` decides, in one statement for the common request."""
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
-        wanted = keys.digest(secret)
+        wanted = hash_token(secret)
         names = [requested, canonical, *aliases]
-        if estimate is None:
-            row, tried, reserved = await self._read(self.lookup_sql, {"digest": wanted}), False, None
-        else:
-            params = budgets.reserve_params(estimate, now, digest=wanted, names=names, db_limits=db_limits)
-            found = await self._read(self.admit_sql, params)
-            row, tried, reserved = (found[:13], found[13], found[14]) if found else (None, False, None)
+        row, tried, reserved = await self._admit_row(wanted, names, estimate, db_limits, now)
+        if row is None and await self._upgraded(secret):
+            row, tried, reserved = await self._admit_row(wanted, names, estimate, db_limits, now)
         caller, why = keys.caller_from_row(row, wanted)
         if caller is None:
             return Admission(None, errors.unauthorized(why))
@@ -236,6 +248,14 @@ class PgPath:
         if failed is not None:
             return await self.run_db(admission.over_budget, caller, [failed], estimate, now)
         return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+
+    async def _admit_row(self, wanted: str, names: list[str], estimate: int | None, db_limits: bool, now: datetime):
+        """The key's row for ``admit_sql`` (or ``lookup_sql`` with no price), whether it tried to reserve, and what."""
+        if estimate is None:
+            return await self._read(self.lookup_sql, {"digest": wanted}), False, None
+        params = budgets.reserve_params(estimate, now, digest=wanted, names=names, db_limits=db_limits)
+        found = await self._read(self.admit_sql, params)
+        return (found[:13], found[13], found[14]) if found else (None, False, None)
 
     async def readmit(self, caller: keys.Caller, held: int, estimate: int | None, now: datetime):
         """``admission.readmit`` on the loop: (what is held now, the refusal if any)."""
