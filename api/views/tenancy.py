@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from api import columns
 from api.base import ApiView, Refused
 from catalog.models import CatalogModel
+from core.columns import field as column
 from gateway import budgets, keys, reports
 from gateway.models import ApiKey, Budget, Organisation, Period, Scope, Team
 
@@ -27,10 +28,6 @@ LONGEST_WINDOW = timedelta(days=3660)
 
 KEY_FIELDS = ("team", "org", "models", "name")
 BUDGET_FIELDS = ("scope", "name", "amount_micros", "period")
-
-
-def column(model, name: str):
-    return model._meta.get_field(name)
 
 
 class KeysView(ApiView):
