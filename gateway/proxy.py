@@ -40,6 +40,7 @@ from gateway.keys import Caller
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
+from placement import demand
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -324,9 +325,8 @@ class Gateway:
         if not snapshot.replicas.get(entry.id):
             # A replica marked ready since the last read is served now, not a second later.
             snapshot = await self.directory.refresh(newer_than=ticket.started)
-        demand_missing = None
         if entry.on_demand and not snapshot.replicas.get(entry.id):
-            demand_missing = await self._demand(entry)
+            await self._demand(entry)
         tried: set[str] = set()
         failures: list[str] = []
         # A fallback the key may not use is skipped, and never named to it.
@@ -337,8 +337,6 @@ class Gateway:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
         if entry.on_demand:
-            if demand_missing:
-                raise errors.unavailable(demand_missing, "on_demand_unavailable")
             snapshot = await self._wait_for_replica(entry, ticket.started)
             if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
                 return
@@ -442,21 +440,13 @@ class Gateway:
 
     # --- on demand --------------------------------------------------------------
 
-    async def _demand(self, entry: ModelEntry) -> str | None:
-        """Ask placement for a replica; the sentence to refuse with when it cannot be asked."""
+    async def _demand(self, entry: ModelEntry) -> None:
+        """Ask placement for a replica (placement.demand), at most once every DEMAND_EVERY_S per model."""
         now = time.monotonic()
         if now - self._demanded.get(entry.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
-            return None
+            return
         self._demanded[entry.name] = now
-        try:
-            from placement.demand import request_replica
-        except ImportError:
-            return (
-                f"model {entry.name!r} is scaled to zero and this control plane cannot start models on demand "
-                "yet (placement.demand is missing); scale it to at least one replica"
-            )
-        await self.run_db(request_replica, entry.name)
-        return None
+        await self.run_db(demand.request_replica, entry.name)
 
     async def _wait_for_replica(self, entry: ModelEntry, started: float) -> Snapshot:
         deadline = started + self.conf.cold_start_timeout_s
