@@ -34,6 +34,7 @@ from django.utils import timezone
 from core.config import secret_from_env_or_file
 from core.credentials import hash_token, random_secret, same_digest
 from gateway.models import ApiKey, Budget, Organisation, Team
+from gateway.rules import Caller
 
 LEGACY_SECRET_FILE = "gateway-key-secret"
 """Where the HMAC release generated its key secret, in the data dir (read, never written)."""
@@ -184,22 +185,6 @@ def revoke(key: ApiKey) -> ApiKey:
         ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         key.refresh_from_db(fields=["revoked_at"])
     return key
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who a request comes from, as the gateway needs it on every request."""
-
-    key_id: str
-    team_id: int
-    org_id: int
-    allowed_models: tuple[str, ...] | None
-    key_rpm: int | None
-    key_tpm: int | None
-    team_rpm: int | None
-    team_tpm: int | None
-    budget_ids: tuple[int, ...] = ()
-    """The budgets over this key: its own, its team's, its organisation's, where set."""
 
 
 def lookup_sql() -> str:

@@ -42,8 +42,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from gateway import budgets, leases, ratelimit
-from gateway.keys import Caller
 from gateway.models import SetAsideUsage, UsageHour, UsageRecord
+from gateway.rules import Caller
 from placement import demand
 
 log = logging.getLogger("llmgw.gateway")

@@ -12,6 +12,7 @@ from django.utils import timezone
 from core.credentials import hash_token
 from gateway import keys
 from gateway.models import ApiKey, Organisation, Team
+from gateway.rules import Ask
 from tests.gateway.test_pgpath import on_loop
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +81,7 @@ def test_a_key_issued_before_is_also_known_on_the_event_loop_path(old_secret):
         if step == "authenticate":
             admitted = on_loop(lambda pg, secret=secret: pg.authenticate(secret))
         else:
-            admitted = on_loop(lambda pg, secret=secret: pg.admit(secret, "m", "m", (), 10, True, timezone.now()))
+            admitted = on_loop(lambda pg, secret=secret: pg.admit(secret, Ask("m", "m", (), 10, True, timezone.now())))
         assert admitted.refused is None and admitted.caller.key_id == key.id, step
         assert ApiKey.objects.get(pk=key.pk).digest == hash_token(secret), step
 
