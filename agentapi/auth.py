@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentapi.limits import REVOKED, SEND_BEARER
-from core.tokens import hash_token
+from core.credentials import hash_token
 from inventory.models import JoinToken, Node
 
 

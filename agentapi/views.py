@@ -21,7 +21,7 @@ from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from agentapi.limits import REPORT_LIMIT, too_large
 from catalog import rules
 from core import jsonbody
-from core.tokens import hash_token, new_token
+from core.credentials import hash_token, new_token
 from inventory import ingest, scans
 from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds

@@ -1,9 +1,10 @@
 """A request body's fields, checked against the columns they land in.
 
-The bounds are read from the model fields themselves (a ``CharField``'s
-``max_length``, the database's range for an integer field), so the API's
-checks cannot drift from the schema: a column made longer in a migration
-accepts longer names here at once. Every refusal is a 400 whose sentence
+The bounds are read from the model fields themselves by ``core.columns``
+(a ``CharField``'s ``max_length``, the database's range for an integer
+field; the reports agents send are bounded by the same reading), so the
+API's checks cannot drift from the schema: a column made longer in a
+migration accepts longer names here at once. Every refusal is a 400 whose sentence
 starts with the field's path (``models[2] is 129 characters; …``), which
 ``ctl`` prints as it is.
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection
 from django.db.models import Field
 
 from api.base import Refused
+from core.columns import integer_range, max_length
 
 
 def refuse(path: str, problem: str) -> Refused:
@@ -42,7 +43,7 @@ def text(value: Any, path: str, column: Field, *, required: bool | str = False) 
         return None
     if not isinstance(value, str):
         raise refuse(path, f"must be text, not {_kind(value)}")
-    limit = column.max_length
+    limit = max_length(column)
     if limit is not None and len(value) > limit:
         raise refuse(path, f"is {len(value)} characters; at most {limit} fit")
     return value
@@ -84,11 +85,6 @@ def choice(value: Any, path: str, choices: Iterable[str], *, default: str | None
         listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
         raise refuse(path, f"must be {listed} (got {got})")
     return value
-
-
-def integer_range(column: Field) -> tuple[int | None, int | None]:
-    """The range the database holds for ``column``'s integer type, e.g. (0, 2**63 - 1)."""
-    return connection.ops.integer_field_range(column.get_internal_type())
 
 
 def _kind(value: Any) -> str:

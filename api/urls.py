@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from api.views import catalog, fabrics, fleet, nodes, placement, weights
+from api.views import catalog, fabrics, fleet, nodes, placement, tenancy, weights
 
 urlpatterns = [
     path("summary", fleet.SummaryView.as_view(), name="api-summary"),
@@ -23,5 +23,9 @@ urlpatterns = [
     path("fabrics/<str:fabric>/scan", fabrics.ScanRequestView.as_view(), name="api-fabric-scan"),
     path("weights/orphans", weights.OrphansView.as_view(), name="api-orphans"),
     path("weights/collect", weights.CollectView.as_view(), name="api-collect"),
+    path("keys", tenancy.KeysView.as_view(), name="gateway-keys"),
+    path("keys/<str:key_id>/revoke", tenancy.RevokeView.as_view(), name="gateway-key-revoke"),
+    path("budgets", tenancy.BudgetsView.as_view(), name="gateway-budgets"),
+    path("usage", tenancy.UsageView.as_view(), name="gateway-usage"),
     re_path(r"^.*$", fleet.NotFoundView.as_view(), name="api-not-found"),
 ]

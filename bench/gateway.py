@@ -211,7 +211,6 @@ def prepare_llmgw(engine_url: str, data: Path) -> tuple[dict[str, str], str]:
     env = {
         "LLMGW_DATA_DIR": str(data),
         "LLMGW_DATABASE_URL": f"{PG}/{DB}",
-        "LLMGW_GATEWAY_KEY_SECRET": "bench-secret-" + os.urandom(8).hex(),
     }
     script = f"""
 from django.core.management import call_command

@@ -1,8 +1,8 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
+from core.credentials import hash_token, hint, may_issue_token, new_token
 from core.models import ApiToken, AuditEntry, Finding, TaskRun
-from core.tokens import hash_token, hint, may_issue_token, new_token
 
 
 @admin.register(ApiToken)

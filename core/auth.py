@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from core.credentials import hash_token
 from core.models import ApiToken
-from core.tokens import hash_token
 
 # Writing last_used_at on every request would turn each read into a write;
 # once a minute is enough to tell a live token from a forgotten one.

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from core.tokens import hash_token, hint, new_token
+from core.credentials import hash_token, hint, new_token
 
 
 class ApiTokenQuerySet(models.QuerySet):

@@ -10,6 +10,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from core.credentials import hash_token
 from core.models import AuditEntry
 from gateway import keys
 from gateway.budgets import spent_now
@@ -96,7 +97,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if not change:
             secret = keys.new_key()
-            obj.prefix, obj.digest = secret[: keys.PREFIX_CHARS], keys.digest(secret)
+            obj.prefix, obj.digest = secret[: keys.PREFIX_CHARS], hash_token(secret)
             messages.warning(request, f"The new key is {secret} — copy it now: it is not shown again.")
         super().save_model(request, obj, form, change)
         _audit(request, "key.change" if change else "key.create", obj.prefix, id=obj.id)

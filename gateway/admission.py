@@ -4,12 +4,16 @@ One function, run on a database thread, so the common request costs one hop
 off the event loop: the key and the budgets over it come in one query, and
 a reservation is one conditional UPDATE per budget.
 
+What is decided (which model a key may use, what a request reserves, the
+refusal) is written once, in gateway.rules, and carried out here with the
+ORM and in gateway.pgpath from the event loop.
+
 The rule admission holds: the model that finally serves a request was
 allowed for the key, and its cost was reserved within every budget above the
 key before the first byte went to its engine — for a model asked by its
 name, by an alias, and for every hop of its fallback chain. ``admit`` holds
 it for the model asked for; each fallback hop is admitted again before its
-engine is asked (``hop_allowed``, then ``readmit``), moving the reservation
+engine is asked (``rules.hop_allowed``, then ``readmit``), moving the reservation
 from the previous hop's price to this one's.
 
 Re-admitted per hop rather than reserved once at the dearest model of the
@@ -24,95 +28,39 @@ never named to the client.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime
 
-from gateway import budgets, errors, ratelimit
+from gateway import budgets, errors, ratelimit, rules
 from gateway.keys import Caller, authenticate
+from gateway.rules import Admission, Ask
 
 
-def allowed(caller: Caller, requested: str, canonical: str, aliases: tuple[str, ...] = ()) -> bool:
-    """Whether the key may use a model under any of its names."""
-    if caller.allowed_models is None:
-        return True
-    names = set(caller.allowed_models)
-    return requested in names or canonical in names or any(a in names for a in aliases)
-
-
-@dataclass(frozen=True)
-class Admission:
-    caller: Caller | None
-    refused: errors.Refused | None = None
-    reserved: tuple[tuple[int, int], ...] = ()
-    """(budget id, micros) reserved for this request, to be taken back when it ends."""
-
-
-def admit(
-    secret: str,
-    requested: str,
-    canonical: str,
-    aliases: tuple[str, ...],
-    estimate: int | None,
-    db_limits: bool,
-    now: datetime,
-) -> Admission:
+def admit(secret: str, ask: Ask) -> Admission:
     """Check the key, the model, the limits and the budgets, reserving on the budgets.
 
-    ``estimate`` None means the model has no price: no budget applies.
-    ``db_limits`` False leaves rate limits to Redis (checked by the caller).
+    ``ask.db_limits`` False leaves rate limits to Redis (checked by the caller).
     A refusal after the key is known keeps the caller, so it is recorded.
     """
     caller, why = authenticate(secret)
     if caller is None:
         return Admission(None, errors.unauthorized(why))
-    return admit_caller(caller, requested, canonical, aliases, estimate, db_limits, now)
+    return admit_caller(caller, ask)
 
 
-def screen(caller: Caller, requested: str, canonical: str, aliases: tuple[str, ...]) -> Admission | None:
-    """The refusal of a known key for a model it may not use; None when it may."""
-    if not allowed(caller, requested, canonical, aliases):
-        return Admission(caller, errors.not_allowed(requested))
-    return None
-
-
-def admit_caller(
-    caller: Caller,
-    requested: str,
-    canonical: str,
-    aliases: tuple[str, ...],
-    estimate: int | None,
-    db_limits: bool,
-    now: datetime,
-) -> Admission:
-    """``admit`` for a caller already authenticated."""
-    refused = screen(caller, requested, canonical, aliases)
+def admit_caller(caller: Caller, ask: Ask) -> Admission:
+    """``admit`` for a caller already authenticated: ``rules.decide``, carried out with the ORM."""
+    decision = rules.decide(caller, ask)
+    refused = decision.refusal()
     if refused is not None:
         return refused
-    if db_limits:
-        checks = ratelimit.limits(caller)
-        if checks:
-            why = ratelimit.db_admit(checks, time.time())
-            if why:
-                return Admission(caller, errors.rate_limited(why))
-    if estimate is None or not caller.budget_ids:
-        return Admission(caller)
-    refusal = budgets.reserve(list(caller.budget_ids), estimate, now)
+    if decision.count_limits:
+        why = ratelimit.db_admit(ratelimit.limits(caller), time.time())
+        if why:
+            return Admission(caller, errors.rate_limited(why))
+    refusal = budgets.reserve(list(decision.reserve), decision.estimate, ask.now)
     if refusal is not None:
         return Admission(caller, errors.over_budget(refusal.sentence))
-    return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
-
-
-def hop_allowed(caller: Caller, name: str, aliases: tuple[str, ...]) -> bool:
-    """Whether a fallback hop (reached by its catalog name) may serve this key's request."""
-    return allowed(caller, name, name, aliases)
-
-
-def adjustment(held: int, estimate: int | None) -> int:
-    """Micros to add (positive) or give back (negative) on each budget, holding ``held``, to cover ``estimate``.
-
-    ``estimate`` None is a model with no price: nothing needs holding.
-    """
-    return (estimate or 0) - held
+    return decision.admitted()
 
 
 def readmit(caller: Caller, held: int, estimate: int | None, now: datetime) -> tuple[int, errors.Refused | None]:
@@ -124,7 +72,7 @@ def readmit(caller: Caller, held: int, estimate: int | None, now: datetime) -> t
     """
     if not caller.budget_ids:
         return 0, None
-    change = adjustment(held, estimate)
+    change = rules.adjustment(held, estimate)
     if change > 0:
         refusal = budgets.reserve(list(caller.budget_ids), change, now)
         if refusal is not None:

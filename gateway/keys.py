@@ -1,15 +1,21 @@
-"""API keys: made at random, shown once, kept as an HMAC, looked up in constant time.
+"""API keys: made at random, shown once, kept as their SHA-256, looked up by it.
 
-The HMAC's secret is not in the database (``LLMGW_GATEWAY_KEY_SECRET``, its
-``_FILE`` form, or a file generated once in the data dir), so a copy of the
-database alone cannot be used to test guesses of keys. Every host of a
-multi-host control plane must share it: set the variable there, or every key
-issued elsewhere is unknown.
+Stored as every secret llmgw issues is (``core.credentials``: the policy and
+its reasons): a key is 256 random bits, so its plain SHA-256 is enough, and
+it needs no secret of the server's, so every host of a multi-host control
+plane knows every key with nothing to share but the database.
 
 Keys are looked up by their digest (a unique index), then the stored digest
-is compared with ``hmac.compare_digest``: the index lookup reveals nothing an
-attacker can use, because the digest of a guess is not something they can
-steer byte by byte.
+is compared with ``core.credentials.same_digest``.
+
+Keys issued before that policy were stored as an HMAC under a secret kept
+out of the database (``LLMGW_GATEWAY_KEY_SECRET``, its ``_FILE`` form, or
+``gateway-key-secret`` in the data dir). Such a key still works: where that
+old secret is still there, a key that is not found by its SHA-256 is looked
+for by its HMAC, and found, is stored anew as its SHA-256
+(``upgrade_legacy``), so it is read by the one policy from then on. Nothing
+makes that secret any more; once no key is stored under it (every old key
+used once, or revoked), it can be deleted.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 from dataclasses import dataclass
 from functools import cache
 
@@ -26,42 +31,46 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.config import secret_from_env_or_file, write_private_file
+from core.config import secret_from_env_or_file
+from core.credentials import hash_token, random_secret, same_digest
 from gateway.models import ApiKey, Budget, Organisation, Team
+from gateway.rules import Caller
 
-KEY_SECRET_FILE = "gateway-key-secret"
+LEGACY_SECRET_FILE = "gateway-key-secret"
+"""Where the HMAC release generated its key secret, in the data dir (read, never written)."""
 KEY_PREFIX = "sk-llmgw-"
 PREFIX_CHARS = len(KEY_PREFIX) + 6
 DEFAULT_ORG = "default"
 
 
+def new_key() -> str:
+    return KEY_PREFIX + random_secret()
+
+
 @cache
-def key_secret() -> bytes:
-    """The HMAC secret: from the environment, else from (or into) the data dir."""
+def legacy_secret() -> bytes | None:
+    """The secret keys were once stored under (an HMAC), where one is still set or in the data dir; else None.
+
+    Only read, never made: a fresh install has none, and never looks for old keys.
+    """
     secret = secret_from_env_or_file(dict(os.environ), "LLMGW_GATEWAY_KEY_SECRET")
     if secret:
         return secret.encode()
-    path = settings.DATA_DIR / KEY_SECRET_FILE
-    if path.exists() and path.read_text().strip():
-        return path.read_text().strip().encode()
-    value = secrets.token_urlsafe(48)
-    # Two processes starting at once could both generate; O_EXCL lets one win
-    # and the other read the winner's, so they never disagree.
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip().encode()
-    os.close(fd)
-    write_private_file(path, value)
-    return value.encode()
+    path = settings.DATA_DIR / LEGACY_SECRET_FILE
+    old = path.read_text().strip() if path.exists() else ""
+    return old.encode() if old else None
 
 
-def digest(key: str) -> str:
-    return hmac.new(key_secret(), key.encode(), hashlib.sha256).hexdigest()
+def upgrade_legacy(secret: str) -> None:
+    """Store a key kept as its HMAC under ``legacy_secret`` as its SHA-256 instead; nothing when there is none.
 
-
-def new_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
+    The caller looks the key up again by its SHA-256 afterwards, whether this
+    request rewrote it or another one did at the same moment.
+    """
+    old = legacy_secret()
+    if old is not None:
+        was = hmac.new(old, secret.encode(), hashlib.sha256).hexdigest()
+        ApiKey.objects.filter(digest=was).update(digest=hash_token(secret))
 
 
 class KeyRefused(Exception):
@@ -164,7 +173,7 @@ def issue(*, team: str, org: str | None = None, models=None, name: str = "") -> 
         team=team_for(team, org),
         name=name,
         prefix=secret[:PREFIX_CHARS],
-        digest=digest(secret),
+        digest=hash_token(secret),
         allowed_models=models,
     )
     return Issued(key=key, secret=secret)
@@ -176,22 +185,6 @@ def revoke(key: ApiKey) -> ApiKey:
         ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         key.refresh_from_db(fields=["revoked_at"])
     return key
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who a request comes from, as the gateway needs it on every request."""
-
-    key_id: str
-    team_id: int
-    org_id: int
-    allowed_models: tuple[str, ...] | None
-    key_rpm: int | None
-    key_tpm: int | None
-    team_rpm: int | None
-    team_tpm: int | None
-    budget_ids: tuple[int, ...] = ()
-    """The budgets over this key: its own, its team's, its organisation's, where set."""
 
 
 def lookup_sql() -> str:
@@ -222,7 +215,7 @@ NO_KEY = "no API key: send 'Authorization: Bearer sk-llmgw-…'"
 
 def caller_from_row(row, wanted: str) -> tuple[Caller | None, str]:
     """What ``lookup_sql`` found for the digest ``wanted``: the caller, or None with the sentence for a 401."""
-    if row is None or not hmac.compare_digest(row[1], wanted):
+    if row is None or not same_digest(row[1], wanted):
         return None, "this API key is not known: check it was copied whole"
     if row[2] is not None:
         return None, "this API key has been revoked: ask for a new one"
@@ -258,8 +251,15 @@ def authenticate(secret: str) -> tuple[Caller | None, str]:
     """
     if not secret:
         return None, NO_KEY
-    wanted = digest(secret)
+    wanted = hash_token(secret)
+    row = _looked_up(wanted)
+    if row is None and legacy_secret() is not None:
+        upgrade_legacy(secret)
+        row = _looked_up(wanted)
+    return caller_from_row(row, wanted)
+
+
+def _looked_up(wanted: str):
     with connection.cursor() as cursor:
         cursor.execute(lookup_sql(), {"digest": wanted})
-        row = cursor.fetchone()
-    return caller_from_row(row, wanted)
+        return cursor.fetchone()

@@ -61,8 +61,8 @@ class Team(models.Model):
 class ApiKey(models.Model):
     """A client's key to the gateway.
 
-    The secret is shown once, at creation, and stored only as ``digest``, an
-    HMAC of it under the gateway's key secret (see gateway.keys). ``prefix``
+    The secret is shown once, at creation, and stored only as ``digest``, its
+    SHA-256, as every secret llmgw issues (core.credentials). ``prefix``
     is the start of the secret, enough for a person to tell keys apart in a
     list and too short to use. ``allowed_models`` NULL means every model in the
     catalog; a list limits the key to those names (aliases included).

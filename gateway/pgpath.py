@@ -35,8 +35,9 @@ from datetime import datetime
 import psycopg
 from django.db import connections
 
-from gateway import admission, budgets, errors, keys, leases
-from gateway.admission import Admission
+from core.credentials import hash_token
+from gateway import admission, budgets, errors, keys, leases, rules
+from gateway.rules import Admission, Ask
 
 # psycopg's own default: a statement is prepared on the server from its fifth use.
 PREPARE_AFTER = 5
@@ -65,9 +66,9 @@ def connection_params(alias: str = "default") -> dict | None:
 # The key may be used for this model (the names it is asked by), has one
 # budget over it, and no rate limit counted in the database stands in the way.
 # Parameters: ``names``, the request's names (text[]); ``db_limits``,
-# whether limits are counted in the database. Agrees with admission.screen and ratelimit.limits; where
-# the key is refused, or has several budgets, nothing is reserved and the
-# Python side decides as admission.admit does.
+# whether limits are counted in the database. Agrees with rules.decide (its
+# model check and rules.limits); where the key is refused, or has several
+# budgets, nothing is reserved and the Python side decides, by rules.decide.
 # ``allowed_models`` comes as JSON text (keys.lookup_sql). Only SQL NULL and
 # a JSON array are decided here, the two shapes where ``?|`` (an array's
 # string elements) means what keys.model_names means; any other stored value
@@ -191,57 +192,68 @@ class PgPath:
         """The caller behind a key, or the 401 (``admission.authenticate_only`` on the loop)."""
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
-        wanted = keys.digest(secret)
-        caller, why = keys.caller_from_row(await self._read(self.lookup_sql, {"digest": wanted}), wanted)
+        wanted = hash_token(secret)
+        row = await self._read(self.lookup_sql, {"digest": wanted})
+        if row is None and await self._upgraded(secret):
+            row = await self._read(self.lookup_sql, {"digest": wanted})
+        caller, why = keys.caller_from_row(row, wanted)
         return Admission(caller, None if caller else errors.unauthorized(why))
 
-    async def admit(
-        self,
-        secret: str,
-        requested: str,
-        canonical: str,
-        aliases: tuple[str, ...],
-        estimate: int | None,
-        db_limits: bool,
-        now: datetime,
-    ) -> Admission:
-        """What ``admission.admit`` decides, in one statement for the common request."""
+    async def _upgraded(self, secret: str) -> bool:
+        """Whether a key not found may have been stored under the old HMAC, and is now stored anew if it was.
+
+        Rare (keys issued before core.credentials' policy, on first use, or unknown keys
+        where the old secret is still set), so on the ORM's threads (keys.upgrade_legacy).
+        """
+        if keys.legacy_secret() is None:
+            return False
+        await self.run_db(keys.upgrade_legacy, secret)
+        return True
+
+    async def admit(self, secret: str, ask: Ask) -> Admission:
+        """What ``admission.admit`` decides (``rules.decide``), in one statement for the common request."""
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
-        wanted = keys.digest(secret)
-        names = [requested, canonical, *aliases]
-        if estimate is None:
-            row, tried, reserved = await self._read(self.lookup_sql, {"digest": wanted}), False, None
-        else:
-            params = budgets.reserve_params(estimate, now, digest=wanted, names=names, db_limits=db_limits)
-            found = await self._read(self.admit_sql, params)
-            row, tried, reserved = (found[:13], found[13], found[14]) if found else (None, False, None)
+        wanted = hash_token(secret)
+        row, tried, reserved = await self._admit_row(wanted, ask)
+        if row is None and await self._upgraded(secret):
+            row, tried, reserved = await self._admit_row(wanted, ask)
         caller, why = keys.caller_from_row(row, wanted)
         if caller is None:
             return Admission(None, errors.unauthorized(why))
         if reserved is not None:
-            return Admission(caller, reserved=((reserved, estimate),))
-        refused = admission.screen(caller, requested, canonical, aliases)
+            # The statement decided as rules.decide does (see _SIMPLE) and reserved on the one budget.
+            return Admission(caller, reserved=rules.reservation((reserved,), ask.estimate))
+        decision = rules.decide(caller, ask)
+        refused = decision.refusal()
         if refused is not None:
             return refused
-        if db_limits and admission.ratelimit.limits(caller):
+        if decision.count_limits:
             # Rate limits counted in the database: the ORM's path, whole.
-            return await self.run_db(admission.admit_caller, caller, requested, canonical, aliases, estimate, True, now)
-        if estimate is None or not caller.budget_ids:
-            return Admission(caller)
+            return await self.run_db(admission.admit_caller, caller, ask)
+        if not decision.reserve:
+            return decision.admitted()
         if tried:
             # The statement tried this key's one budget, and it could not take the estimate.
-            return await self.run_db(admission.over_budget, caller, list(caller.budget_ids), estimate, now)
-        failed = await self._reserve(sorted(caller.budget_ids), estimate, now)
+            return await self.run_db(admission.over_budget, caller, list(decision.reserve), decision.estimate, ask.now)
+        failed = await self._reserve(sorted(decision.reserve), decision.estimate, ask.now)
         if failed is not None:
-            return await self.run_db(admission.over_budget, caller, [failed], estimate, now)
-        return Admission(caller, reserved=tuple((b, estimate) for b in caller.budget_ids))
+            return await self.run_db(admission.over_budget, caller, [failed], decision.estimate, ask.now)
+        return decision.admitted()
 
-    async def readmit(self, caller: keys.Caller, held: int, estimate: int | None, now: datetime):
+    async def _admit_row(self, wanted: str, ask: Ask):
+        """The key's row for ``admit_sql`` (or ``lookup_sql`` with no price), whether it tried to reserve, and what."""
+        if ask.estimate is None:
+            return await self._read(self.lookup_sql, {"digest": wanted}), False, None
+        params = budgets.reserve_params(ask.estimate, ask.now, digest=wanted, names=ask.names, db_limits=ask.db_limits)
+        found = await self._read(self.admit_sql, params)
+        return (found[:13], found[13], found[14]) if found else (None, False, None)
+
+    async def readmit(self, caller: rules.Caller, held: int, estimate: int | None, now: datetime):
         """``admission.readmit`` on the loop: (what is held now, the refusal if any)."""
         if not caller.budget_ids:
             return 0, None
-        change = admission.adjustment(held, estimate)
+        change = rules.adjustment(held, estimate)
         if change > 0:
             failed = await self._reserve(sorted(caller.budget_ids), change, now)
             if failed is not None:

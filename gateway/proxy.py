@@ -34,12 +34,13 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody
-from gateway import admission, budgets, conf, errors, router, shapes, tokens, upstream, usage
+from gateway import admission, budgets, conf, errors, router, rules, shapes, tokens, upstream, usage
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
-from gateway.keys import Caller
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
+from gateway.rules import Caller
 from gateway.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
+from placement import demand
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -150,16 +151,16 @@ class Gateway:
     async def _write_on_loop(self, batch) -> None:
         await self.pg.write(usage.statements(batch, timezone.now(), records=False), copy=usage.copy(batch))
 
-    async def authenticate(self, secret: str) -> admission.Admission:
+    async def authenticate(self, secret: str) -> rules.Admission:
         if self.pg is not None:
             return await self.pg.authenticate(secret)
         return await self.run_db(admission.authenticate_only, secret)
 
-    async def admit(self, *args) -> admission.Admission:
+    async def admit(self, secret: str, ask: rules.Ask) -> rules.Admission:
         """``admission.admit``'s answer, from the loop where the database allows."""
         if self.pg is not None:
-            return await self.pg.admit(*args)
-        return await self.run_db(admission.admit, *args)
+            return await self.pg.admit(secret, ask)
+        return await self.run_db(admission.admit, secret, ask)
 
     async def readmit(self, caller: Caller, held: int, estimate: int | None, now) -> tuple[int, errors.Refused | None]:
         """``admission.readmit``'s answer, from the loop where the database allows."""
@@ -204,7 +205,7 @@ class Gateway:
         snapshot = await self.directory.current()
         data = []
         for entry in sorted(snapshot.models.values(), key=lambda m: m.name):
-            if not admission.allowed(result.caller, entry.name, entry.name, entry.aliases):
+            if not rules.allowed(result.caller, entry.name, entry.name, entry.aliases):
                 continue
             for name in (entry.name, *entry.aliases):
                 item = {"id": name, "object": "model", "created": entry.created, "owned_by": "llmgw"}
@@ -236,7 +237,9 @@ class Gateway:
         bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, self.conf.default_completion_tokens))
         estimate = self._estimate(entry, bounds)
         admission_task = asyncio.ensure_future(
-            self.admit(secret, name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
+            self.admit(
+                secret, rules.Ask(name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
+            )
         )
         try:
             # Shielded: a client that hangs up while its budget is being reserved
@@ -306,7 +309,7 @@ class Gateway:
         """
         held = ticket.reserved[0][1] if ticket.reserved else 0
         estimate = self._estimate(model, ticket.bounds)
-        if not ticket.caller.budget_ids or admission.adjustment(held, estimate) == 0:
+        if not ticket.caller.budget_ids or rules.adjustment(held, estimate) == 0:
             return
         ticket.holding = asyncio.ensure_future(self._move_hold(ticket, held, estimate))
         refused = await asyncio.shield(ticket.holding)
@@ -316,7 +319,7 @@ class Gateway:
     async def _move_hold(self, ticket: Ticket, held: int, estimate: int | None) -> errors.Refused | None:
         now, budget_ids = timezone.now(), ticket.caller.budget_ids
         held, refused = await self.readmit(ticket.caller, held, estimate, now)
-        ticket.reserved = tuple((b, held) for b in budget_ids) if held else ()
+        ticket.reserved = rules.reservation(budget_ids, held) if held else ()
         return refused
 
     async def _route(self, ticket: Ticket, entry: ModelEntry, snapshot: Snapshot, body: dict, send) -> None:
@@ -324,21 +327,18 @@ class Gateway:
         if not snapshot.replicas.get(entry.id):
             # A replica marked ready since the last read is served now, not a second later.
             snapshot = await self.directory.refresh(newer_than=ticket.started)
-        demand_missing = None
         if entry.on_demand and not snapshot.replicas.get(entry.id):
-            demand_missing = await self._demand(entry)
+            await self._demand(entry)
         tried: set[str] = set()
         failures: list[str] = []
         # A fallback the key may not use is skipped, and never named to it.
         fallbacks = [snapshot.models[n] for n in entry.fallbacks if n in snapshot.models]
-        fallbacks = [m for m in fallbacks if admission.hop_allowed(ticket.caller, m.name, m.aliases)]
+        fallbacks = [m for m in fallbacks if rules.hop_allowed(ticket.caller, m.name, m.aliases)]
         chain = [entry, *fallbacks]
         for model in chain:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
         if entry.on_demand:
-            if demand_missing:
-                raise errors.unavailable(demand_missing, "on_demand_unavailable")
             snapshot = await self._wait_for_replica(entry, ticket.started)
             if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
                 return
@@ -442,21 +442,13 @@ class Gateway:
 
     # --- on demand --------------------------------------------------------------
 
-    async def _demand(self, entry: ModelEntry) -> str | None:
-        """Ask placement for a replica; the sentence to refuse with when it cannot be asked."""
+    async def _demand(self, entry: ModelEntry) -> None:
+        """Ask placement for a replica (placement.demand), at most once every DEMAND_EVERY_S per model."""
         now = time.monotonic()
         if now - self._demanded.get(entry.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
-            return None
+            return
         self._demanded[entry.name] = now
-        try:
-            from placement.demand import request_replica
-        except ImportError:
-            return (
-                f"model {entry.name!r} is scaled to zero and this control plane cannot start models on demand "
-                "yet (placement.demand is missing); scale it to at least one replica"
-            )
-        await self.run_db(request_replica, entry.name)
-        return None
+        await self.run_db(demand.request_replica, entry.name)
 
     async def _wait_for_replica(self, entry: ModelEntry, started: float) -> Snapshot:
         deadline = started + self.conf.cold_start_timeout_s

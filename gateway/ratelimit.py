@@ -17,36 +17,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import F
 
-from gateway.keys import Caller
 from gateway.models import RateWindow
+from gateway.rules import Caller, Limit, limits
 
 log = logging.getLogger("llmgw.gateway")
 WINDOW_TTL_S = 150
-
-
-@dataclass(frozen=True)
-class Limit:
-    scope: str
-    """``key:<id>`` or ``team:<id>``."""
-    label: str
-    """How the refusal names it: "key", "team"."""
-    rpm: int | None
-    tpm: int | None
-
-
-def limits(caller: Caller) -> list[Limit]:
-    """The limits over a caller; empty when neither its key nor its team sets one."""
-    out = []
-    if caller.key_rpm is not None or caller.key_tpm is not None:
-        out.append(Limit(f"key:{caller.key_id}", "key", caller.key_rpm, caller.key_tpm))
-    if caller.team_rpm is not None or caller.team_tpm is not None:
-        out.append(Limit(f"team:{caller.team_id}", "team", caller.team_rpm, caller.team_tpm))
-    return out
 
 
 def sliding(current: float, previous: float, fraction: float) -> float:

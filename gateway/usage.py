@@ -42,8 +42,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from gateway import budgets, leases, ratelimit
-from gateway.keys import Caller
 from gateway.models import SetAsideUsage, UsageHour, UsageRecord
+from gateway.rules import Caller
+from placement import demand
 
 log = logging.getLogger("llmgw.gateway")
 # Past this many unwritten records (the database has been away for a while)
@@ -247,22 +248,9 @@ def _charges(batch: Iterable[Finished]) -> Iterable[tuple[int, int, int]]:
 
 
 def touch_replicas(times: dict[str, datetime]) -> None:
-    """Tell placement when each replica was last used.
-
-    Through ``placement.demand.touch`` when placement has it; until then the
-    replica's ``last_used_at`` is written directly, which is what idle
-    scale-down reads either way.
-    """
-    try:
-        from placement.demand import touch
-    except ImportError:
-        from placement.models import Replica
-
-        for replica_id, at in times.items():
-            Replica.objects.filter(pk=replica_id).update(last_used_at=at)
-        return
+    """Tell placement when each replica was last used (``placement.demand.touch``, which idle scale-down reads)."""
     for replica_id, at in times.items():
-        touch(replica_id, at)
+        demand.touch(replica_id, at)
 
 
 def _as_text(f: Finished) -> str:

@@ -1,10 +1,11 @@
-"""The report schema's column limits, read from the models the report lands in.
+"""The report schema's column limits: which columns each value of a report lands in.
 
 ``inventory.report_schema`` is pure and checks a report against a table of
 limits keyed by path ("gpus[].memory_mb"); this module builds that table from
-the model fields themselves (a CharField's ``max_length``, an integer field's
-range on this database), so narrowing a column narrows what a report may
-carry, with no second number to forget.
+the columns each path is written to, their limits read by ``core.columns``
+(the one home of column limits, which the API's body checks read too), so
+narrowing a column narrows what a report may carry, with no second number to
+forget.
 
 Which path lands in which column is written once, in ``REPORT_COLUMNS``,
 beside ``inventory.ingest``'s mapping; ``tests/inventory/test_bounds.py``
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.db import connection, models
+from django.db import models
 
+from core.columns import field_limit, narrowest
 from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
 from inventory.report_schema import Bounds, Limit
 
@@ -62,25 +64,6 @@ REPORT_COLUMNS: dict[str, list[tuple[type[models.Model], str]]] = {
     "ib_ports[].network": [(IBPort, "network")],
     "ib_ports[].fabric": [(IBPort, "fabric")],
 }
-
-
-def field_limit(model: type[models.Model], name: str) -> Limit | None:
-    """What one column holds: a CharField's length, an integer field's range here; None for anything else."""
-    field = model._meta.get_field(name)
-    if isinstance(field, models.CharField) and field.max_length:
-        return field.max_length
-    if isinstance(field, models.IntegerField):  # every integer field, small to big, positive or not
-        low, high = connection.ops.integer_field_range(field.get_internal_type())
-        return (low if low is not None else -(2**63), high if high is not None else 2**63 - 1)
-    return None
-
-
-def narrowest(limits: list[Limit]) -> Limit:
-    """The limit every column of a value can hold: the shortest length, or the tightest range."""
-    if all(isinstance(x, int) for x in limits):
-        return min(limits)  # type: ignore[type-var]
-    ranges = [x for x in limits if isinstance(x, tuple)]
-    return (max(low for low, _ in ranges), min(high for _, high in ranges))
 
 
 @cache

@@ -40,7 +40,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from agent.protocol import report_digest
-from core.tokens import hash_token
+from core.credentials import hash_token
 from inventory import signals
 from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node

@@ -14,8 +14,8 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from core.config import write_private_file
+from core.credentials import hash_token, hint, new_token
 from core.models import ApiToken
-from core.tokens import hash_token, hint, new_token
 from inventory.models import JoinToken
 
 ADMIN_USERNAME = "admin"

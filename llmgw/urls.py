@@ -18,7 +18,6 @@ urlpatterns = [
     path("static/<path:path>", static_file, name="static"),
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("agentapi.urls")),
-    path("api/v1/", include("gateway.api")),
     path("api/v1/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
     # The admin API proper; after the agent endpoints and the schema, since it ends in a catch-all.
     path("api/v1/", include("api.urls")),

@@ -121,7 +121,7 @@ def test_the_heartbeat_sent_is_an_empty_one_with_the_credential(tree):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_live_control_plane_accepts_then_refuses_a_revoked_credential(tree, capsys, live_server):
-    from core.tokens import hash_token
+    from core.credentials import hash_token
     from inventory.models import Node
 
     node = Node.objects.create(name="tray-01", credential_digest=hash_token("llmgw_node_secret"))

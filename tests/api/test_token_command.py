@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from core.credentials import hash_token
 from core.models import ApiToken
-from core.tokens import hash_token
 from tests.api.conftest import client_with
 
 pytestmark = pytest.mark.django_db

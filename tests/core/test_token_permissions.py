@@ -17,8 +17,8 @@ from django.urls import reverse
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.credentials import may_issue_token
 from core.models import ApiToken
-from core.tokens import may_issue_token
 
 pytestmark = pytest.mark.django_db
 ADD = reverse("admin:core_apitoken_add")

@@ -14,6 +14,7 @@ from django.utils import timezone
 from gateway import admission, keys
 from gateway.admin import ApiKeyForm
 from gateway.models import ApiKey, Budget
+from gateway.rules import Ask
 from tests.gateway.test_pgpath import on_loop, outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ def test_both_paths_read_a_stored_model_list_alike_and_never_hold_a_refused_rese
     ApiKey.objects.filter(pk=issued.key.pk).update(allowed_models=stored)
     budget = Budget.objects.create(scope="key", key=issued.key, amount_micros=1_000)
     now = timezone.now()
-    args = (issued.secret, "a", "a", (), 10, True, now)
+    args = (issued.secret, Ask("a", "a", (), 10, True, now))
 
     by_orm = outcome(admission.admit(*args))
     Budget.objects.update(reserved_micros=0)
@@ -64,7 +65,7 @@ def test_a_stored_bare_string_is_a_403_on_the_loop_not_a_500_with_its_reservatio
     issued = keys.issue(team="search", org="acme")
     ApiKey.objects.filter(pk=issued.key.pk).update(allowed_models="a")
     Budget.objects.create(scope="key", key=issued.key, amount_micros=1_000)
-    result = on_loop(lambda pg: pg.admit(issued.secret, "a", "a", (), 10, True, timezone.now()))
+    result = on_loop(lambda pg: pg.admit(issued.secret, Ask("a", "a", (), 10, True, timezone.now())))
     assert result.refused.status == 403
     assert Budget.objects.get().reserved_micros == 0
 

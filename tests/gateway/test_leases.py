@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gateway import budgets, keys, leases
 from gateway.models import ApiKey, Budget, Lease, LeaseHolder, Organisation, Team
+from gateway.rules import Ask
 from gateway.tasks import REAP_LEASES, reap_leases
 from gateway.usage import Finished, statements
 from gateway.usage import copy as usage_copy
@@ -171,7 +172,7 @@ def test_the_loops_admission_holds_a_lease_for_every_budget_it_reserves_and_the_
     now = timezone.now()
 
     async def scenario(pg):
-        admitted = [await pg.admit(k.secret, "m", "m", (), 30, True, now) for k in (one, several)]
+        admitted = [await pg.admit(k.secret, Ask("m", "m", (), 30, True, now)) for k in (one, several)]
         holding = await pg.run_db(lambda: sorted(Lease.objects.values_list("micros", flat=True)))
         batch = [
             Finished(

@@ -15,6 +15,7 @@ from gateway.asgi import GatewayApp
 from gateway.models import ApiKey, Budget, Lease, RateWindow, Team, UsageHour, UsageRecord
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
+from gateway.rules import Ask
 from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
 from gateway.usage import copy as usage_copy
 from tests.gateway.harness import FAST, call, model, replica, settle
@@ -111,7 +112,7 @@ def test_every_decision_matches_the_orms(postgresql):
         (limited.secret, "big", None, False),
     ]
     for secret, name, estimate, db_limits in cases:
-        args = (secret, name, name, (), estimate, db_limits, now)
+        args = (secret, Ask(name, name, (), estimate, db_limits, now))
         reset()
         by_orm = [outcome(admission.admit(*args)) for _ in range(2)]
         reset()
@@ -122,7 +123,7 @@ def test_every_decision_matches_the_orms(postgresql):
         assert on_loop(twice) == by_orm, (secret[:12], name, estimate, db_limits)
     # A refused reservation on three budgets leaves nothing held on the others.
     reset()
-    on_loop(lambda pg: pg.admit(tight.secret, "big", "big", (), 2_000, True, now))
+    on_loop(lambda pg: pg.admit(tight.secret, Ask("big", "big", (), 2_000, True, now)))
     assert sorted(Budget.objects.values_list("reserved_micros", flat=True)) == [0, 0, 0, 0]
 
 
@@ -132,7 +133,7 @@ def test_fifty_concurrent_admissions_never_take_more_than_the_budget(postgresql)
     now = timezone.now()
 
     async def fifty(pg):
-        return await asyncio.gather(*(pg.admit(issued.secret, "m", "m", (), 30, True, now) for _ in range(50)))
+        return await asyncio.gather(*(pg.admit(issued.secret, Ask("m", "m", (), 30, True, now)) for _ in range(50)))
 
     results = on_loop(fifty)
     granted = [r for r in results if r.refused is None]
@@ -284,13 +285,13 @@ def test_after_the_server_ends_every_idle_connection_the_next_requests_reserve_o
 
     async def scenario(pg):
         # Three connections in the pool, then a restart's worth of terminations.
-        await asyncio.gather(*(pg.admit(issued.secret, "m", "m", (), 10, True, now) for _ in range(3)))
+        await asyncio.gather(*(pg.admit(issued.secret, Ask("m", "m", (), 10, True, now)) for _ in range(3)))
         pids = [c.info.backend_pid for c in pg._idle]
         async with await psycopg.AsyncConnection.connect(**connection_params()) as admin:
             for pid in pids:
                 await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         await asyncio.sleep(0.2)
-        return [await pg.admit(issued.secret, "m", "m", (), 10, True, now) for _ in range(4)], len(pids)
+        return [await pg.admit(issued.secret, Ask("m", "m", (), 10, True, now)) for _ in range(4)], len(pids)
 
     after, pooled = on_loop(scenario)
     assert pooled >= 1

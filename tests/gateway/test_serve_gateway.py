@@ -1,8 +1,8 @@
 """The gateway as clients meet it: ``llmgw serve`` subprocesses on the test database, fake engines.
 
 The servers share this test's PostgreSQL database, so the rows written here
-(models, replicas, keys) are what they serve; the key secret is shared too,
-as every host of a real control plane must share it.
+(models, replicas, keys) are what they serve, and nothing else: keys are
+stored as their SHA-256, so the servers know them with no secret shared.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from django.db import connection
 from django.utils import timezone
 
 from core.models import ApiToken
-from gateway import keys
 from gateway.models import ApiKey, Budget, Lease, UsageRecord
 from gateway.tasks import reap_leases
 from llmgw.celery import beat_schedule
@@ -39,7 +38,6 @@ def server_env() -> dict[str, str]:
     url = f"postgresql://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
     return {
         "LLMGW_DATABASE_URL": url,
-        "LLMGW_GATEWAY_KEY_SECRET": keys.key_secret().decode(),
         "LLMGW_GATEWAY_REFRESH_S": "0.1",
         # No background writes of replicas' last use while a test's tables are emptied.
         "LLMGW_GATEWAY_TOUCH_EVERY_S": "3600",

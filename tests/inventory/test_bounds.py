@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.db import models
 
+from core.columns import field_limit
 from inventory import ingest
-from inventory.bounds import REPORT_COLUMNS, field_limit, report_bounds
+from inventory.bounds import REPORT_COLUMNS, report_bounds
 from inventory.models import GPU, IBPort, Node
 
 # Written by ingest, but cut to fit there rather than refused: a reason in words, not an identity.

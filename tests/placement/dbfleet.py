@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agent.simulator import fleet as F
 from catalog import service
-from core.tokens import hash_token
+from core.credentials import hash_token
 from inventory import ingest
 from inventory.models import Node
 from placement.models import Replica, ReplicaState, Shard

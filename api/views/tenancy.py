@@ -1,11 +1,11 @@
 """Admin API for keys, budgets and usage (``/api/v1/keys|budgets|usage``), read by ``llmgw ctl``.
 
 Thin: every answer is built by gateway.reports, which the admin uses too.
-The views are the admin API's (api.base): the same body limit, JSON
-reader, read-only rule and audit rows (actor, account, token) as the rest of
-it. Every field is checked against the column it lands in (api.columns)
-before anything is written, and each change is written with its audit row
-in one transaction.
+The views stand on the admin API's one base (api.base.ApiView), like every
+other module here: the same body limit, JSON reader, read-only rule and
+audit rows (actor, account, token); routed in api.urls. Every field is
+checked against the column it lands in (api.columns) before anything is
+written, and each change is written with its audit row in one transaction.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
-from django.urls import path
 from rest_framework.response import Response
 
 from api import columns
 from api.base import ApiView, Refused
 from catalog.models import CatalogModel
+from core.columns import field as column
 from gateway import budgets, keys, reports
 from gateway.models import ApiKey, Budget, Organisation, Period, Scope, Team
 
@@ -30,15 +30,7 @@ KEY_FIELDS = ("team", "org", "models", "name")
 BUDGET_FIELDS = ("scope", "name", "amount_micros", "period")
 
 
-def column(model, name: str):
-    return model._meta.get_field(name)
-
-
-class GatewayView(ApiView):
-    """The admin API's base (body limit, JSON reader, read-only tokens, audit) for the tenancy views."""
-
-
-class KeysView(GatewayView):
+class KeysView(ApiView):
     def get(self, request):
         return Response(reports.keys())
 
@@ -66,7 +58,7 @@ class KeysView(GatewayView):
         return Response(view, status=201)
 
 
-class RevokeView(GatewayView):
+class RevokeView(ApiView):
     def post(self, request, key_id: str):
         with transaction.atomic():
             key = _key(key_id)
@@ -100,7 +92,7 @@ def owner(scope: str, name: str) -> dict:
     return {scope: found}
 
 
-class BudgetsView(GatewayView):
+class BudgetsView(ApiView):
     def get(self, request):
         return Response(reports.budgets())
 
@@ -127,7 +119,7 @@ class BudgetsView(GatewayView):
         return Response(reports.budget_view(budget))
 
 
-class UsageView(GatewayView):
+class UsageView(ApiView):
     def get(self, request):
         by = request.query_params.get("by") or Scope.TEAM
         if by not in Scope.values:
@@ -141,11 +133,3 @@ class UsageView(GatewayView):
         if since > LONGEST_WINDOW:
             raise Refused(400, f"since may reach back at most {LONGEST_WINDOW.days}d")
         return Response(reports.usage_by_scope(by, since))
-
-
-urlpatterns = [
-    path("keys", KeysView.as_view(), name="gateway-keys"),
-    path("keys/<str:key_id>/revoke", RevokeView.as_view(), name="gateway-key-revoke"),
-    path("budgets", BudgetsView.as_view(), name="gateway-budgets"),
-    path("usage", UsageView.as_view(), name="gateway-usage"),
-]
