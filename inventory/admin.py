@@ -4,8 +4,9 @@ Operators change a node's state (cordon, drain) and a domain's name here; the
 rest is what the agents reported and is not theirs to edit.
 """
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from core.credentials import hash_token, hint, new_token
 from inventory.models import GPU, IBPort, JoinToken, Node, NVLinkDomain, SubnetManagerChange
 
 
@@ -93,10 +94,6 @@ class JoinTokenAdmin(admin.ModelAdmin):
     fields = ["name", "hint", "created_at", "revoked_at"]
 
     def save_model(self, request, obj, form, change):
-        from django.contrib import messages
-
-        from core.tokens import hash_token, hint, new_token
-
         if not change:
             secret = new_token("llmgw_join")
             obj.digest, obj.hint = hash_token(secret), hint(secret)
