@@ -3,7 +3,7 @@
 This is the only place the path is served (every server runs ``llmgw.asgi``,
 and the tests post through it too). Only the HTTP is here: headers, body
 limits, responses. Whether a beat can be taken and what it is answered are
-inventory's (inventory/heartbeats.py): the credential's node, the queue the
+inventory's (inventory/writes/heartbeats.py): the credential's node, the queue the
 flusher writes, the shard table. Answering here, in the event loop, skips
 Django's middleware and its hop to a worker thread, which is most of a
 heartbeat's cost. Unchanged full reports are answered here too; the rest go
@@ -18,8 +18,8 @@ from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
 from core import jsonbody
-from inventory import heartbeats
-from inventory.heartbeats import desk
+from inventory.writes import heartbeats
+from inventory.writes.heartbeats import desk
 
 PATH = "/api/v1/agent/heartbeat"
 REPORT_PATH = "/api/v1/agent/report"
@@ -116,7 +116,7 @@ def replaying(body: bytes, receive):
 async def report(scope, receive, send, app) -> None:
     """An unchanged full report is answered here; anything else goes on to the Django view.
 
-    Only the common case is taken (:func:`inventory.heartbeats.take_unchanged_report`
+    Only the common case is taken (:func:`inventory.writes.heartbeats.take_unchanged_report`
     says which): a valid report from a known node whose digest matches the one
     stored. A changed report, a refusal, anything in doubt is handed to the
     view with its body, which then answers exactly as it always does.

@@ -22,12 +22,12 @@ from agentapi.limits import REPORT_LIMIT, too_large
 from catalog import rules
 from core import jsonbody
 from core.credentials import hash_token, new_token
-from inventory import ingest, scans
 from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
-from inventory.heartbeats import desk
 from inventory.models import Node
 from inventory.report_schema import report_problems, unstorable
+from inventory.writes import ingest, scans
+from inventory.writes.heartbeats import desk
 from placement import assignments
 
 log = logging.getLogger(__name__)

@@ -66,9 +66,9 @@ def build(nodes: int) -> tuple[int, int, float]:
     from django.utils import timezone
 
     from agent.simulator.fleet import build_fleet
-    from catalog import service
-    from inventory.ingest import ingest_report
+    from catalog import writes as service
     from inventory.models import Node
+    from inventory.writes.ingest import ingest_report
     from placement.models import Replica, Shard
 
     now = timezone.now()

@@ -1,7 +1,7 @@
 """How long a Prometheus scrape of ``/metrics`` takes on a 2,000-node fleet.
 
 Builds the fleet in a fresh PostgreSQL database (``llmgw_bench_metrics``)
-through the real ingestion path (inventory.ingest.ingest_report, the
+through the real ingestion path (inventory.writes.ingest.ingest_report, the
 simulator's reports; no HTTP), adds a catalog with replicas holding GPUs and
 a few open findings, then times the whole answer of /metrics (this process's
 registry and the fleet's) and the doctor sweep. Prints figures; not a test.
@@ -50,8 +50,8 @@ def build(spec: str) -> int:
     from django.utils import timezone
 
     from agent.simulator.fleet import build_fleet, gpu_lost, imex_down, tray_leave
-    from inventory.ingest import ingest_report
     from inventory.models import Node
+    from inventory.writes.ingest import ingest_report
 
     now = timezone.now()
     sims = build_fleet(spec)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from catalog import service
+from catalog import writes as service
 from catalog.models import CatalogModel, DeclaredIn
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ handed out. It is checked:
    :func:`pending_for`), which also catches a change no signal saw;
 4. on the node, where the agent refuses weights its own shards use (agent/collect.py).
 
-The heartbeat desk (inventory/heartbeats.py) hands out :func:`heartbeat_tables`
+The heartbeat desk (inventory/writes/heartbeats.py) hands out :func:`heartbeat_tables`
 and reports what agents did through ``heartbeats_flushed``
 (:func:`settle_collected`); ``catalog.apps`` connects both.
 
@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.models import CatalogModel, WeightCollection
-from catalog.views_data import source_refers_to
+from catalog.reads import source_refers_to
 from inventory.signals import HeartbeatTables
 
 

@@ -1,8 +1,8 @@
-"""Cordon, uncordon and drain from the node page: the same operation as the API's (inventory.states)."""
+"""Cordon, uncordon and drain from the node page: the same operation as the API's (inventory.writes.states)."""
 
 from __future__ import annotations
 
-from inventory.states import NodeStateError, set_node_state
+from inventory.writes.states import NodeStateError, set_node_state
 
 __all__ = ["NodeStateError", "set_node_state_from_console"]
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import TypedDict
 
 from dashboard.live import Update
-from inventory.ingest import IngestResult
 from inventory.models import Node
 from inventory.reachability import SweepResult
+from inventory.writes.ingest import IngestResult
 from observability.sweeps import Recorded
-from placement.reconciler import Result
+from placement.writes.reconciler import Result
 
 NODE_REPORT = "node.report"
 NODE_REGISTERED = "node.registered"

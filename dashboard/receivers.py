@@ -16,13 +16,13 @@ from typing import Any
 
 from dashboard import live, messages
 from inventory import signals as inventory_signals
-from inventory.ingest import IngestResult
 from inventory.models import Node
 from inventory.reachability import SweepResult
+from inventory.writes.ingest import IngestResult
 from observability import signals as observability_signals
 from observability.sweeps import Recorded
 from placement import signals as placement_signals
-from placement.reconciler import Result
+from placement.writes.reconciler import Result
 
 log = logging.getLogger(__name__)
 

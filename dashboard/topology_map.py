@@ -1,6 +1,6 @@
 """A fabric's map laid out for drawing.
 
-Data: ``inventory.views_data.topology(fabric)["map"]``, the last scan of the
+Data: ``inventory.reads.topology(fabric)["map"]``, the last scan of the
 fabric parsed and turned into leaves, spines, hosts and links by
 ``inventory.topology.build_view`` with the cluster's adapters marked — the
 same function the API serves. Renderer: ``TopologyRenderer`` puts spines in

@@ -12,9 +12,9 @@ from django.utils.functional import cached_property
 
 from core.credentials import hash_token
 from core.models import AuditEntry
-from gateway import keys
-from gateway.budgets import spent_now
 from gateway.models import ApiKey, Budget, Lease, Organisation, Price, SetAsideUsage, Team, UsageHour, UsageRecord
+from gateway.writes import keys
+from gateway.writes.budgets import spent_now
 
 
 class NoCountPaginator(Paginator):
@@ -72,7 +72,7 @@ class ApiKeyForm(forms.ModelForm):
         fields = ["team", "name", "allowed_models", "rpm", "tpm"]
 
     def clean_allowed_models(self):
-        """Stored as gateway.keys reads it: a list of names, or empty for every model."""
+        """Stored as gateway.writes.keys reads it: a list of names, or empty for every model."""
         try:
             return keys.models_for_storage(self.cleaned_data.get("allowed_models"))
         except keys.KeyRefused as refused:
@@ -137,7 +137,7 @@ class BudgetAdmin(admin.ModelAdmin):
     @admin.action(description="Clear reservations (only when no gateway has requests in flight)")
     def clear_reservations(self, request, queryset):
         # The reaper returns a dead gateway's reservations within its lease
-        # (gateway.leases); this returns them at once. The leases go too, so
+        # (gateway.writes.leases); this returns them at once. The leases go too, so
         # the reaper does not hold them again and a settlement gives nothing back twice.
         # Budgets first, then leases: the order every writer of both takes them in.
         with transaction.atomic():

@@ -30,9 +30,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from gateway import budgets, errors, ratelimit, rules
-from gateway.keys import Caller, authenticate
+from gateway import errors, ratelimit, rules
 from gateway.rules import Admission, Ask
+from gateway.writes import budgets
+from gateway.writes.keys import Caller, authenticate
 
 
 def admit(secret: str, ask: Ask) -> Admission:

@@ -39,7 +39,7 @@ class GatewayConf:
     flush_every_s: float
     """How often usage records are written (in one transaction per flush)."""
     lease_s: float
-    """How long a gateway process's reservations outlive its last renewal (gateway.leases); renewed
+    """How long a gateway process's reservations outlive its last renewal (gateway.writes.leases); renewed
     four times per lease while the process lives."""
 
 

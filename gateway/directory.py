@@ -6,7 +6,7 @@ replica: a model just added, or a replica just marked ready, is served on its
 first request. A replica that stopped since the last read is found out by
 the request that tries it, which then moves on to another.
 
-Keys are never cached here: see gateway.keys.authenticate.
+Keys are never cached here: see gateway.writes.keys.authenticate.
 """
 
 from __future__ import annotations

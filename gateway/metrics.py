@@ -55,7 +55,7 @@ def collect() -> Iterator[Metric]:
         cost.add_metric([model], row["cost"])
     set_aside = CounterMetricFamily(
         "llmgw_gateway_usage_records_set_aside",
-        "Usage records the database refused, kept aside instead of blocking the rest (gateway.usage).",
+        "Usage records the database refused, kept aside instead of blocking the rest (gateway.writes.usage).",
     )
     set_aside.add_metric([], SetAsideUsage.objects.count())
     yield from (requests, tokens, cost, set_aside)

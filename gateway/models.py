@@ -257,7 +257,7 @@ class RateWindow(models.Model):
 
 
 class LeaseHolder(models.Model):
-    """A gateway process that is alive, for as long as it keeps renewing this row (gateway.leases).
+    """A gateway process that is alive, for as long as it keeps renewing this row (gateway.writes.leases).
 
     ``owner`` is the process's name on its leases (host, pid, a random part).
     Past ``expires_at`` the process is taken for dead and its leases are reaped.
@@ -271,7 +271,7 @@ class LeaseHolder(models.Model):
 
 
 class Lease(models.Model):
-    """What one gateway process holds reserved on one budget, for its requests in flight (gateway.leases).
+    """What one gateway process holds reserved on one budget, for its requests in flight (gateway.writes.leases).
 
     A budget's ``reserved_micros`` is always the sum of its leases'
     ``micros``: both change in one transaction. ``expires_at`` is pushed

@@ -10,7 +10,7 @@
 3. Route: the model's ready replicas by least load and prompt-prefix
    affinity; a replica that fails before answering is passed over for the
    next; then the fallbacks in order. A model scaled to zero is asked for
-   (``placement.demand.request_replica``) and waited for, up to
+   (``placement.writes.demand.request_replica``) and waited for, up to
    LLMGW_COLD_START_TIMEOUT_S.
 4. Relay the engine's answer as it comes: each streamed event is passed on
    as soon as it is complete, those that arrived together in one piece.
@@ -34,13 +34,14 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody
-from gateway import admission, budgets, conf, errors, router, rules, shapes, tokens, upstream, usage
+from gateway import admission, conf, errors, router, rules, shapes, tokens, upstream
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.rules import Caller
-from gateway.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
-from placement import demand
+from gateway.writes import budgets, usage
+from gateway.writes.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
+from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -443,7 +444,7 @@ class Gateway:
     # --- on demand --------------------------------------------------------------
 
     async def _demand(self, entry: ModelEntry) -> None:
-        """Ask placement for a replica (placement.demand), at most once every DEMAND_EVERY_S per model."""
+        """Ask placement for a replica (placement.writes.demand), at most once every DEMAND_EVERY_S per model."""
         now = time.monotonic()
         if now - self._demanded.get(entry.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
             return

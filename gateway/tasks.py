@@ -6,14 +6,14 @@ from celery import shared_task
 from django.utils import timezone
 
 from core.locks import exclusive
-from gateway import leases
+from gateway.writes import leases
 
 REAP_LEASES = "gateway.tasks.reap_leases"
 
 
 @shared_task(name=REAP_LEASES, ignore_result=True)
 def reap_leases() -> dict:
-    """Give back the reservations of gateway processes that stopped renewing their leases (gateway.leases).
+    """Give back the reservations of gateway processes that stopped renewing their leases (gateway.writes.leases).
 
     Under a lock: a second worker that finds it held skips this run. Nothing
     is passed in: a budget deleted since took its leases with it.

@@ -8,7 +8,7 @@ narrowing a column narrows what a report may carry, with no second number to
 forget.
 
 Which path lands in which column is written once, in ``REPORT_COLUMNS``,
-beside ``inventory.ingest``'s mapping; ``tests/inventory/test_bounds.py``
+beside ``inventory.writes.ingest``'s mapping; ``tests/inventory/test_bounds.py``
 checks that every bounded column ingest writes is in it.
 """
 

@@ -4,7 +4,7 @@ Inventory sits low in the layers, so it cannot call placement, the catalog or
 the console; it sends one of these instead, and the app that cares connects to
 it in its AppConfig.ready(). Two kinds:
 
-- the heartbeat desk's (inventory/heartbeats.py): what the beats say beyond
+- the heartbeat desk's (inventory/writes/heartbeats.py): what the beats say beyond
   liveness (shards' states, weights deleted) and what their answers hand out
   (shards to run, weights to delete) belong to placement and the catalog;
 - changes the console's live pages show (``dashboard.receivers``): nodes
@@ -31,7 +31,7 @@ from django.dispatch import Signal
 heartbeats_flushed = Signal()
 """Sent by each heartbeat flush, once its beats are written, when they said something beyond liveness.
 
-Keyword arguments (``sender`` is :class:`inventory.heartbeats.HeartbeatDesk`):
+Keyword arguments (``sender`` is :class:`inventory.writes.heartbeats.HeartbeatDesk`):
 
 - ``shard_reports``: ``[(node pk, node name, shard entries)]``, the nodes whose
   shard list differs from the one stored (placement follows them);
@@ -70,7 +70,7 @@ class HeartbeatTables:
 node_registered = Signal()
 
 # A full report changed what is stored about a node (sent only when ``result.changed``).
-# ``node``: the Node; ``result``: the inventory.ingest.IngestResult.
+# ``node``: the Node; ``result``: the inventory.writes.ingest.IngestResult.
 node_reported = Signal()
 
 # Nodes that had been unreachable were heard from again. ``nodes``: a list of (pk, name), maybe empty.
@@ -84,6 +84,6 @@ reachability_changed = Signal()
 # --- node state (cordon, uncordon, drain) -----------------------------------------------
 # Connected by placement, which reconciles soon.
 
-# An operator set a node's state (inventory.states.set_node_state); sent after it is stored.
+# An operator set a node's state (inventory.writes.states.set_node_state); sent after it is stored.
 # Arguments: ``name``, the node's name.
 node_state_changed = Signal()

@@ -8,8 +8,9 @@ from celery import shared_task
 from django.utils import timezone
 
 from core.locks import exclusive
-from inventory import reachability, scans, signals
+from inventory import reachability, signals
 from inventory.models import Node
+from inventory.writes import scans
 
 
 def _seconds(name: str, default: float) -> float:

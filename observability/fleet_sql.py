@@ -4,7 +4,7 @@ Two thousand nodes are fourteen thousand GPU rows; turning each into Python
 objects takes longer than the summary's whole budget (100 ms). On
 PostgreSQL the same counts are a handful of aggregate queries, each
 returning a few rows. The devices by class are counted by the inventory
-(``inventory.views_data.gpu_counts``, which ``/metrics`` reads too); here are
+(``inventory.reads.gpu_counts``, which ``/metrics`` reads too); here are
 the rest: nodes, fabrics, replicas. A test compares both paths on the same
 fleet, so they cannot drift apart. Other databases (SQLite, embedded) take
 the row-by-row path.
@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, F, Func, IntegerField, Sum
 
 from inventory.models import Node
-from inventory.views_data import gpu_counts
+from inventory.reads import gpu_counts
 from placement.models import Replica, ReplicaState, Shard
 
 # The names of the weights on each node's disks, one row per weight.

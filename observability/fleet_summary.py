@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 from django.utils import timezone
 
-from inventory.views_data.gpu_counts import DeviceCounts, device_counts
+from inventory.reads.gpu_counts import DeviceCounts, device_counts
 from observability import fleet_sql
-from placement.views_data import gpu_holders, model_list, node_list, replica_list
+from placement.reads import gpu_holders, model_list, node_list, replica_list
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
 # seconds: one that flaps in and out of the list is noise, and unloading a
@@ -64,7 +64,7 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
 def gpu_counts(in_database: bool | None = None) -> DeviceCounts:
     """The fleet's devices by class and per node, as the summary and ``/metrics`` both count them.
 
-    Counted by the inventory (``inventory.views_data.gpu_counts``), with the
+    Counted by the inventory (``inventory.reads.gpu_counts``), with the
     GPUs placement's shards hold; in the database where ``fleet_sql`` says so.
     """
     return device_counts(gpu_holders(), database=in_database if in_database is not None else fleet_sql.available())

@@ -9,7 +9,8 @@ class PlacementConfig(AppConfig):
         """Listen to the apps below: they tell placement what changed through signals they declare."""
         from catalog.signals import model_changed
         from inventory.signals import heartbeat_answers_wanted, heartbeats_flushed, node_state_changed
-        from placement import assignments, shard_status, signals
+        from placement import assignments, signals
+        from placement.writes import shard_status
 
         model_changed.connect(signals.on_model_changed, dispatch_uid="placement.on_model_changed")
         node_state_changed.connect(signals.on_node_state_changed, dispatch_uid="placement.on_node_state_changed")
@@ -17,4 +18,4 @@ class PlacementConfig(AppConfig):
         heartbeat_answers_wanted.connect(
             assignments.heartbeat_tables, dispatch_uid="placement.assignments.heartbeat_tables"
         )
-        heartbeats_flushed.connect(shard_status.follow_flush, dispatch_uid="placement.shard_status.follow_flush")
+        heartbeats_flushed.connect(shard_status.follow_flush, dispatch_uid="placement.writes.shard_status.follow_flush")

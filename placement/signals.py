@@ -36,7 +36,7 @@ COALESCE_S = 0.5
 
 # A reconcile changed replicas or explanations, sent once its transaction committed, for the apps above
 # (the console's live pages, dashboard.receivers) to hear without placement importing them.
-# ``sender``: placement.models.Replica; ``result``: the placement.reconciler.Result.
+# ``sender``: placement.models.Replica; ``result``: the placement.writes.reconciler.Result.
 placement_changed = Signal()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from core.locks import exclusive
-from placement import reconciler
+from placement.writes import reconciler
 
 LOCK = "placement.tasks.reconcile"
 

@@ -1,6 +1,6 @@
 """The catalog: list, add, remove and scale models; store and list measured capacity.
 
-Every change goes through ``catalog.service``, the one path the admin, the
+Every change goes through ``catalog.writes``, the one path the admin, the
 YAML loader and this API share; its refusals carry their status and sentence.
 """
 
@@ -27,11 +27,11 @@ from api.serializers.catalog import (
     ScaleSerializer,
 )
 from api.serializers.common import ERRORS, WRITE_ERRORS
-from catalog import service
+from catalog import writes as service
 from catalog.definitions import parse_duration
 from catalog.models import CapacityMeasurement
-from catalog.views_data import capacity_list, capacity_view
-from placement.views_data import model_list
+from catalog.reads import capacity_list, capacity_view
+from placement.reads import model_list
 
 T = TypeVar("T")
 # Far beyond any fleet, well inside the column: a larger number is a typo.

@@ -13,9 +13,9 @@ from api.serializers.fabrics import (
     ScanRequestSerializer,
     TopologySerializer,
 )
-from inventory.scans import request_scan
-from inventory.views_data import fabrics_report, nvlink_report, topology
-from inventory.views_data.fabrics import analysis
+from inventory.reads import fabrics_report, nvlink_report, topology
+from inventory.reads.fabrics import analysis
+from inventory.writes.scans import request_scan
 
 
 class NVLinkView(ApiView):

@@ -18,9 +18,9 @@ from api.serializers.nodes import (
     NodeStateRequestSerializer,
     NodeStateSerializer,
 )
-from inventory.states import NodeStateError, set_node_state
-from inventory.views_data import node_logs
-from placement.views_data import node_detail, node_list
+from inventory.reads import node_logs
+from inventory.writes.states import NodeStateError, set_node_state
+from placement.reads import node_detail, node_list
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from rest_framework.response import Response
 from api.base import ApiView, Refused
 from api.serializers.common import ERRORS, ErrorSerializer
 from api.serializers.placement import ExplainSerializer, ReplicaSerializer
-from catalog import service
-from placement.views_data import explain, replica_list
+from catalog import writes as service
+from placement.reads import explain, replica_list
 
 MODEL_PARAM = OpenApiParameter("model", OpenApiTypes.STR, description="A model's name or alias.")
 

@@ -1,6 +1,6 @@
 """Admin API for keys, budgets and usage (``/api/v1/keys|budgets|usage``), read by ``llmgw ctl``.
 
-Thin: every answer is built by gateway.reports, which the admin uses too.
+Thin: every answer is built by gateway.reads, which the admin uses too.
 The views stand on the admin API's one base (api.base.ApiView), like every
 other module here: the same body limit, JSON reader, read-only rule and
 audit rows (actor, account, token); routed in api.urls. Every field is
@@ -19,8 +19,9 @@ from api import columns
 from api.base import ApiView, Refused
 from catalog.models import CatalogModel
 from core.columns import field as column
-from gateway import budgets, keys, reports
+from gateway import reads as reports
 from gateway.models import ApiKey, Budget, Organisation, Period, Scope, Team
+from gateway.writes import budgets, keys
 
 # Further back than any usage is kept, and well inside what a date can hold: a window
 # of a billion days is a typo, and subtracting it from now would overflow.

@@ -16,7 +16,7 @@ from api.base import ApiView, Refused
 from api.serializers.common import ERRORS, WRITE_ERRORS
 from api.serializers.weights import CollectRequestSerializer, CollectSerializer, OrphansSerializer
 from catalog.models import WeightCollection
-from catalog.views_data import orphan_totals, orphan_weights
+from catalog.reads import orphan_totals, orphan_weights
 from catalog.weights import cancel_referred
 from inventory.models import Node
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from dashboard.topology_map import TopologyRenderer
 from dashboard.views import common
 from inventory.models import FabricScan
-from inventory.views_data import fabrics_report, topology
+from inventory.reads import fabrics_report, topology
 
 SOCKET = "/ws/console/fleet/"
 # A scan's upload is not published live (nor is an unchanged report, which is

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from dashboard.views import common
 from observability.findings import open_findings
 from observability.fleet_summary import summary
-from placement.views_data import node_list
+from placement.reads import node_list
 
 SOCKET = "/ws/console/fleet/"
 

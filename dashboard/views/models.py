@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from catalog.models import CatalogModel
 from dashboard.views import common
-from placement.views_data import explain, model_list, replica_list
+from placement.reads import explain, model_list, replica_list
 
 SOCKET = "/ws/console/fleet/"
 # Placement publishes nothing live yet, and shard progress arrives in light

@@ -13,7 +13,7 @@ from dashboard import present
 from dashboard.actions import NodeStateError, set_node_state_from_console
 from dashboard.views import common
 from inventory.models import Node, NVLinkDomain
-from placement.views_data import node_detail, node_list, replica_list
+from placement.reads import node_detail, node_list, replica_list
 
 # The verbs offered on the page: what each does, in the words on its button.
 ACTIONS = (

@@ -10,7 +10,7 @@ from django.urls import reverse
 from dashboard.racks import RackRenderer
 from dashboard.views import common
 from inventory.models import NVLinkDomain
-from inventory.views_data import nvlink_report
+from inventory.reads import nvlink_report
 
 
 def racks(only_pk: int | None = None) -> list[dict[str, Any]]:

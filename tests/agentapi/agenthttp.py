@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from django.core.management import call_command
 
-from inventory.heartbeats import desk
+from inventory.writes.heartbeats import desk
 from llmgw.asgi import application
 
 HEARTBEAT = "/api/v1/agent/heartbeat"

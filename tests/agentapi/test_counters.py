@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from inventory.fabric_inventory import analyze_inventory
-from inventory.heartbeats import desk
 from inventory.models import IBPort
+from inventory.writes.heartbeats import desk
 from llmgw.asgi import application
 from tests.agentapi.agenthttp import post
 from tests.agentapi.reports import report

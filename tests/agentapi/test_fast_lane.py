@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentapi.limits import REVOKED, SEND_BEARER, USE_POST
-from inventory.heartbeats import desk
 from inventory.models import Node
+from inventory.writes.heartbeats import desk
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token
 from tests.agentapi.agenthttp import HEARTBEAT, asgi

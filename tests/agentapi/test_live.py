@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from dashboard import live
-from inventory.heartbeats import Flusher, desk
 from inventory.models import Node
+from inventory.writes.heartbeats import Flusher, desk
 from llmgw.bootstrap import issue_join_token
 from tests.agentapi.agenthttp import HEARTBEAT, asgi
 from tests.agentapi.reports import report

@@ -10,9 +10,9 @@ from django.utils import timezone
 from agentapi.views import publish_changes
 from dashboard import live
 from inventory import signals
-from inventory.heartbeats import Flusher, desk
-from inventory.ingest import IngestResult
 from inventory.models import Node, NVLinkDomain
+from inventory.writes.heartbeats import Flusher, desk
+from inventory.writes.ingest import IngestResult
 from tests.agentapi.agenthttp import post, register
 from tests.agentapi.reports import report
 from tests.livespy import IN_MEMORY, group_sends, heard

@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog.models import WeightCollection
-from inventory import scans
-from inventory.heartbeats import desk
 from inventory.models import GPU, FabricScan, IBPort, Node, SubnetManagerChange
+from inventory.writes import scans
+from inventory.writes.heartbeats import desk
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token
 from placement.models import Replica, Shard
-from placement.reconciler import reconcile
+from placement.writes.reconciler import reconcile
 from tests.agentapi.reports import report as hand_built
 from tests.placement.dbfleet import credential, fleet, gpu_profile, heartbeat, live, model, shard_entry
 

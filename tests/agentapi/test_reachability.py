@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from inventory import reachability
-from inventory.heartbeats import desk
 from inventory.models import GPU, FleetEvent, Node, NVLinkDomain
+from inventory.writes.heartbeats import desk
 
 pytestmark = pytest.mark.django_db
 

@@ -12,10 +12,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from inventory import ibnetdiscover, scans
+from inventory import ibnetdiscover
 from inventory.models import FabricScan, Node
+from inventory.reads import topology
 from inventory.topology import build_view
-from inventory.views_data import topology
+from inventory.writes import scans
 from tests.agentapi.agenthttp import post
 from tests.placement.dbfleet import credential
 from tests.placement.dbfleet import fleet as dbfleet

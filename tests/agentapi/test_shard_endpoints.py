@@ -13,7 +13,7 @@ import pytest
 
 from inventory.models import Node
 from placement.models import Replica, ReplicaState, Shard
-from placement.reconciler import reconcile
+from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, heartbeat, live, model, shard_entry
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +79,7 @@ def test_a_node_without_a_shard_of_the_replica_changes_nothing(wide):
 def test_an_endpoint_not_at_the_nodes_address_is_logged_and_not_stored(wide, endpoint, caplog):
     r, rank0, rank1 = wide
     heartbeat(rank1, [shard_entry(r, "ready", 1)])
-    with caplog.at_level(logging.WARNING, logger="placement.shard_status"):
+    with caplog.at_level(logging.WARNING, logger="placement.writes.shard_status"):
         heartbeat(rank0, [shard_entry(r, "ready", 0, endpoint=endpoint)])
     r.refresh_from_db()
     assert r.state == ReplicaState.READY and r.endpoint == ""

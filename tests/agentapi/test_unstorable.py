@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from inventory.heartbeats import desk
 from inventory.models import Node
+from inventory.writes.heartbeats import desk
 from tests.agentapi.agenthttp import HEARTBEAT, asgi, heartbeat, post, register, snapshot
 from tests.agentapi.reports import gpu, report
 
@@ -141,7 +141,7 @@ def test_values_at_the_column_limits_are_stored(client, node):
 
 
 def test_a_refused_report_is_kept_on_the_node_until_one_is_taken_and_heartbeats_go_on(client, node):
-    from placement.views_data import node_detail, node_list
+    from placement.reads import node_detail, node_list
 
     refused = post(client, "report", with_port(port=70000), node)
     assert refused.status_code == 400

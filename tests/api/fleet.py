@@ -12,9 +12,9 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from catalog import service
-from inventory.ingest import ingest_report
+from catalog import writes as service
 from inventory.models import Node
+from inventory.writes.ingest import ingest_report
 from placement.models import Replica, Shard
 
 MODEL = {

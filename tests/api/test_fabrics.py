@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from inventory.ingest import ingest_report
 from inventory.models import GPU, Node, SubnetManagerChange
+from inventory.writes.ingest import ingest_report
 from tests.api.fleet import ingest, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -126,8 +126,8 @@ def test_an_unknown_fabric_is_a_404(operator, rack):
 
 
 def test_a_scanned_fabric_is_drawn_with_the_clusters_adapters_on_it(operator, reader, rack):
-    from inventory import scans
     from inventory.models import Node
+    from inventory.writes import scans
 
     north = next(p for p in operator.get("/api/v1/fabrics").json()["physical"] if p["declared"] == ["north"])
     node = Node.objects.get(name="hgx-000")

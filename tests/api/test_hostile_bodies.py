@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from api.base import JSON_BODY_LIMIT
 from core.models import ApiToken
-from gateway import keys
+from gateway.writes import keys
 from tests.api.fleet import MODEL, add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db

@@ -21,8 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.models import Node
-from inventory.views_data.nodes import go_duration
-from placement.views_data import node_list
+from inventory.reads.nodes import go_duration
+from placement.reads import node_list
 from tests.api.fleet import add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db

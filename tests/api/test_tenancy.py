@@ -11,9 +11,9 @@ import pytest
 
 from api.base import ACTOR_MAX, JSON_BODY_LIMIT
 from core.models import AuditEntry
-from gateway import keys
-from gateway.budgets import MAX_MICROS
 from gateway.models import ApiKey, Budget, Organisation, Team
+from gateway.writes import keys
+from gateway.writes.budgets import MAX_MICROS
 
 pytestmark = pytest.mark.django_db
 

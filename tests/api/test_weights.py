@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from catalog.models import WeightCollection
-from catalog.views_data import source_refers_to
+from catalog.reads import source_refers_to
 from core.models import AuditEntry
-from inventory.heartbeats import desk
 from inventory.models import Node
+from inventory.writes.heartbeats import desk
 from tests.api.fleet import add_model, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -105,7 +105,7 @@ def old_refers_again(how: str) -> None:
         add_model(definition)
     elif how == "edit":
         add_model({**definition, "source": ""})
-        from catalog import service
+        from catalog import writes as service
 
         service.upsert_model(definition, actor="t", declared_in="store")
     else:  # a write no signal sees: only the hand-out's own check catches it

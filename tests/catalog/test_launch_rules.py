@@ -12,7 +12,8 @@ from django.core.exceptions import ValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import rules, service
+from catalog import rules
+from catalog import writes as service
 from catalog.definitions import parse_definition
 from catalog.models import CatalogModel, Profile
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from catalog import rules, service
+from catalog import rules
+from catalog import writes as service
 from catalog.definitions import parse_definition
 from catalog.models import CatalogModel, DeclaredIn, Profile
 from core.models import AuditEntry

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from agent.simulator import fleet as F
 from catalog.models import CapacityMeasurement
 from core.models import ApiToken
-from gateway import keys
 from gateway.models import Budget
+from gateway.writes import keys
 from inventory.models import Node
 from placement.models import Replica
 from tests.api.fleet import add_model, ingest, ingest_fleet, place

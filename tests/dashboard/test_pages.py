@@ -10,7 +10,7 @@ from django.utils import timezone
 from agent.simulator import fleet as F
 from core.models import AuditEntry, Finding, Severity
 from inventory.models import Node, NVLinkDomain
-from inventory.scans import record_scan
+from inventory.writes.scans import record_scan
 from placement.models import PlacementExplanation
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 

@@ -11,7 +11,7 @@ from django.template.loader import render_to_string
 from agent.simulator import fleet as F
 from dashboard.racks import DEGRADED, DOWN, JOINED, RackRenderer, compress_reasons, short_names
 from inventory.models import Node
-from inventory.views_data import nvlink_report
+from inventory.reads import nvlink_report
 from tests.api.fleet import ingest, ingest_fleet
 
 

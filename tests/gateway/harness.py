@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass, field, replace
 
 from catalog.models import Alias, CatalogModel, Fallback
-from gateway import conf, keys
+from gateway import conf
 from gateway.asgi import GatewayApp
 from gateway.models import Price
 from gateway.proxy import Gateway
+from gateway.writes import keys
 from placement.models import Replica, ReplicaState
 
 FAST = replace(

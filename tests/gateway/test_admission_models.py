@@ -2,7 +2,7 @@
 
 ``allowed_models`` is a JSON column; what was written there by hand, by a
 form or by a client that encoded its list twice is read by one function
-(gateway.keys.model_names) whichever path admits the request.
+(gateway.writes.keys.model_names) whichever path admits the request.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from gateway import admission, keys
+from gateway import admission
 from gateway.admin import ApiKeyForm
 from gateway.models import ApiKey, Budget
 from gateway.rules import Ask
+from gateway.writes import keys
 from tests.gateway.test_pgpath import on_loop, outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import budgets, keys
 from gateway.asgi import GatewayApp
 from gateway.models import ApiKey, Budget, UsageRecord
 from gateway.proxy import Gateway
+from gateway.writes import budgets, keys
 from tests.gateway.fake_engine import prompt_tokens
 from tests.gateway.harness import FAST, call, fallback, model, replica, settle
 

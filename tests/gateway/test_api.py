@@ -10,8 +10,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.models import ApiToken, AuditEntry
-from gateway import keys, reports
+from gateway import reads as reports
 from gateway.models import ApiKey, Budget, UsageHour, UsageRecord
+from gateway.writes import keys
 
 pytestmark = pytest.mark.django_db
 

@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from gateway import budgets, keys
 from gateway.asgi import GatewayApp
 from gateway.models import Budget, Team, UsageRecord
 from gateway.proxy import Gateway
-from gateway.usage import Finished, write
+from gateway.writes import budgets, keys
+from gateway.writes.usage import Finished, write
 from tests.gateway.harness import FAST, call, key, model, replica, settle
 
 NOW = datetime(2026, 3, 18, 15, 30, tzinfo=UTC)  # a Wednesday

@@ -10,9 +10,9 @@ from django.db import connection
 from django.utils import timezone
 
 from core.credentials import hash_token
-from gateway import keys
 from gateway.models import ApiKey, Organisation, Team
 from gateway.rules import Ask
+from gateway.writes import keys
 from tests.gateway.test_pgpath import on_loop
 
 pytestmark = pytest.mark.django_db

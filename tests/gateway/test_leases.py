@@ -11,12 +11,12 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import budgets, keys, leases
 from gateway.models import ApiKey, Budget, Lease, LeaseHolder, Organisation, Team
 from gateway.rules import Ask
 from gateway.tasks import REAP_LEASES, reap_leases
-from gateway.usage import Finished, statements
-from gateway.usage import copy as usage_copy
+from gateway.writes import budgets, keys, leases
+from gateway.writes.usage import Finished, statements
+from gateway.writes.usage import copy as usage_copy
 from llmgw.celery import beat_schedule
 from tests.gateway.test_pgpath import on_loop
 

@@ -10,14 +10,15 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from gateway import admission, keys, leases
+from gateway import admission
 from gateway.asgi import GatewayApp
 from gateway.models import ApiKey, Budget, Lease, RateWindow, Team, UsageHour, UsageRecord
 from gateway.pgpath import PgPath, connection_params
 from gateway.proxy import Gateway
 from gateway.rules import Ask
-from gateway.usage import ROWS_PER_INSERT, Finished, statements, write
-from gateway.usage import copy as usage_copy
+from gateway.writes import keys, leases
+from gateway.writes.usage import ROWS_PER_INSERT, Finished, statements, write
+from gateway.writes.usage import copy as usage_copy
 from tests.gateway.harness import FAST, call, model, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)

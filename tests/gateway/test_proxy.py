@@ -11,11 +11,11 @@ import types
 import pytest
 from django.utils import timezone
 
-from gateway import keys
 from gateway.models import ApiKey, Budget, UsageHour, UsageRecord
 from gateway.proxy import Gateway
-from placement import demand as placement_demand
+from gateway.writes import keys
 from placement.models import Replica, ReplicaState
+from placement.writes import demand as placement_demand
 from tests.gateway.harness import call, fallback, key, model, new_app, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -286,7 +286,7 @@ def test_a_model_with_no_replica_and_no_fallback_is_503(engines):
 
 @pytest.fixture
 def demand(monkeypatch):
-    """placement.demand with a request_replica that records the ask (``demand.asked``) and a touch that does nothing."""
+    """placement.writes.demand, with a request_replica that records the ask (``demand.asked``) and a no-op touch."""
     asked: list[str] = []
     monkeypatch.setattr(placement_demand, "request_replica", asked.append)
     monkeypatch.setattr(placement_demand, "touch", lambda replica_id, at: None)

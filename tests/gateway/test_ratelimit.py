@@ -10,8 +10,9 @@ import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
 
-from gateway import keys, ratelimit
+from gateway import ratelimit
 from gateway.models import ApiKey, RateWindow, Team
+from gateway.writes import keys
 
 REDIS_URL = os.environ.get("LLMGW_TEST_GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/7")
 
@@ -120,7 +121,7 @@ def _closing(fn):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_usage_writer_forgets_windows_nothing_reads_again():
-    from gateway.usage import Writer
+    from gateway.writes.usage import Writer
 
     minute = int(time.time() // 60)
     for m in (minute - 10, minute - 3, minute - 1, minute):

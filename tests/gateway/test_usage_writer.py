@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.models import ApiToken
-from gateway import keys, leases
 from gateway.models import ApiKey, Budget, Lease, SetAsideUsage, UsageHour, UsageRecord
 from gateway.pgpath import PgPath
-from gateway.usage import MAX_TOKENS, Finished, Writer, engine_count, engine_usage, statements
-from gateway.usage import copy as usage_copy
+from gateway.writes import keys, leases
+from gateway.writes.usage import MAX_TOKENS, Finished, Writer, engine_count, engine_usage, statements
+from gateway.writes.usage import copy as usage_copy
 from tests.gateway import fake_engine
 from tests.gateway.harness import call, key, model, new_app, replica, settle
 

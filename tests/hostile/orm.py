@@ -58,10 +58,10 @@ def setup(a: str, b: str, engine_url: str) -> dict[str, Any]:
 
     Answers the ids the agents' heartbeats name, and the gateway key's secret.
     """
-    from catalog import service
+    from catalog import writes as service
     from catalog.models import WeightCollection
-    from gateway import keys
     from gateway.models import ApiKey, Budget, Price
+    from gateway.writes import keys
     from placement.models import Replica
 
     fleet = service.add_model(FLEET_MODEL, actor="hostile")
@@ -93,8 +93,8 @@ def arm_scan(node: str, fabric: str) -> dict | None:
     """
     from django.utils import timezone
 
-    from inventory import scans
     from inventory.models import FabricScan, Node
+    from inventory.writes import scans
 
     now = timezone.now()
     holder = Node.objects.get(name=node)

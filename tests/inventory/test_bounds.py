@@ -6,9 +6,9 @@ import pytest
 from django.db import models
 
 from core.columns import field_limit
-from inventory import ingest
 from inventory.bounds import REPORT_COLUMNS, report_bounds
 from inventory.models import GPU, IBPort, Node
+from inventory.writes import ingest
 
 # Written by ingest, but cut to fit there rather than refused: a reason in words, not an identity.
 CUT_TO_FIT = {(IBPort, "sm_error")}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from inventory.heartbeats import HeartbeatDesk
 from inventory.models import Node
 from inventory.signals import HeartbeatTables, heartbeat_answers_wanted, heartbeats_flushed
+from inventory.writes.heartbeats import HeartbeatDesk
 
 pytestmark = pytest.mark.django_db
 

@@ -33,11 +33,11 @@ NO_FABRIC = ["", "N/A", "[N/A]", "Not Supported", "not_supported", "NOT SUPPORTE
 # --- the old rules, verbatim ------------------------------------------------------------------------------------
 
 
-def old_is_zero_uuid(value: str) -> bool:  # inventory/ingest.py
+def old_is_zero_uuid(value: str) -> bool:  # inventory/writes/ingest.py
     return not value.replace("0", "").replace("-", "").strip()
 
 
-def old_ingest_joined(fabric: dict | None) -> tuple[str, int] | None:  # inventory/ingest.py
+def old_ingest_joined(fabric: dict | None) -> tuple[str, int] | None:  # inventory/writes/ingest.py
     if not fabric:
         return None
     uuid = (fabric.get("cluster_uuid") or "").strip()
@@ -65,7 +65,7 @@ def old_sweeps_has_fabric(state: str) -> bool:  # observability/sweeps.py
 _OLD_NO_FABRIC_STATES = frozenset({"", "n/a", "not supported", "not_supported"})
 
 
-def old_nvlink_trying(state: str) -> bool:  # inventory/views_data/nvlink.py
+def old_nvlink_trying(state: str) -> bool:  # inventory/reads/nvlink.py
     state = (state or "").strip().lower()
     return state not in _OLD_NO_FABRIC_STATES and state != "completed"
 

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from inventory import ingest, scans
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import FabricScan, IBPort, Node
+from inventory.writes import ingest, scans
 from tests.captures import all_captures
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """A simulated fleet in the inventory, through the real ingestion path, and a scrape of it parsed back.
 
 The reports are the simulator's (agent.simulator.fleet: real captures with
-per-node identities, and its faults), stored with inventory.ingest.ingest_report
+per-node identities, and its faults), stored with inventory.writes.ingest.ingest_report
 exactly as the agent endpoints store them.
 """
 
@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.simulator.fleet import SimNode, build_fleet
-from inventory.ingest import ingest_report
 from inventory.models import Node
+from inventory.writes.ingest import ingest_report
 from observability.metrics import FleetCollector
 
 

@@ -1,8 +1,8 @@
 """A fleet in the database for the reconciler's tests: simulated machines registered through real ingestion.
 
 The machines are the simulator's (built from real captures), their reports go
-through ``inventory.ingest`` as a heartbeat's would, and models go in through
-``catalog.service``: the reconciler is tested against the rows it meets in
+through ``inventory.writes.ingest`` as a heartbeat's would, and models go in through
+``catalog.writes``: the reconciler is tested against the rows it meets in
 production, not rows shaped by hand.
 """
 
@@ -13,10 +13,10 @@ from datetime import datetime
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from catalog import service
+from catalog import writes as service
 from core.credentials import hash_token
-from inventory import ingest
 from inventory.models import Node
+from inventory.writes import ingest
 from placement.models import Replica, ReplicaState, Shard
 from tests.agentapi import agenthttp
 

@@ -1,7 +1,7 @@
 """The reconciler's placement rules, end to end through the database.
 
 Machines are registered through real ingestion of the simulator's captures;
-models go in through catalog.service; each test reconciles and reads back the
+models go in through catalog.writes; each test reconciles and reads back the
 Replica, Shard and PlacementExplanation rows an operator would see.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from agent.simulator import fleet as F
-from catalog import service
+from catalog import writes as service
 from catalog.models import CatalogModel, Profile
 from inventory.models import Node
 from placement.models import PlacementExplanation, Shard
-from placement.reconciler import reconcile
+from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model, nodes_of, register, rereport
 
 pytestmark = pytest.mark.django_db

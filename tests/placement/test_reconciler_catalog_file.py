@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from catalog import loader, service
+from catalog import loader
+from catalog import writes as service
 from catalog.models import CatalogModel
 from placement.models import PlacementExplanation
-from placement.reconciler import reconcile
+from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, live
 
 pytestmark = pytest.mark.django_db

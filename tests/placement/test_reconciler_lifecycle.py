@@ -14,13 +14,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from catalog import service
+from catalog import writes as service
 from catalog.models import CatalogModel
 from core.locks import exclusive
 from inventory.models import Node
-from placement import assignments, demand, tasks
+from placement import assignments, tasks
 from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
-from placement.reconciler import reconcile
+from placement.writes import demand
+from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import (
     fleet,
     gpu_profile,

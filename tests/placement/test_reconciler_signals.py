@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 
 from placement import signals
-from placement.reconciler import reconcile
+from placement.writes.reconciler import reconcile
 from tests.livespy import heard
 from tests.placement.dbfleet import gpu_profile, model
 

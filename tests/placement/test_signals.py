@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from catalog import service
 from catalog import signals as catalog_signals
+from catalog import writes as service
 from catalog.models import CatalogModel
 from inventory import signals as inventory_signals
-from inventory import states
 from inventory.models import Node
+from inventory.writes import states
 from placement import signals
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,8 @@ from django.utils import timezone
 from catalog.definitions import ProfileSpec
 from catalog.models import CatalogModel, Profile
 from inventory.models import Node
-from placement import demand, snapshot
+from placement import snapshot
+from placement.writes import demand
 from tests.placement.dbfleet import fleet, gpu_profile, model
 
 pytestmark = pytest.mark.django_db

@@ -3,13 +3,13 @@
 Each function returns plain JSON-able data; a key left out means unknown.
 The API's serializers (``api/serializers``) describe every shape. The node
 listing and one node's page show what is placed there, which is placement's
-to read: callers take them from ``placement.views_data`` (``node_list``,
-``node_detail``), which hands ``inventory.views_data.nodes`` the shards.
+to read: callers take them from ``placement.reads`` (``node_list``,
+``node_detail``), which hands ``inventory.reads.nodes`` the shards.
 """
 
-from inventory.views_data.fabrics import fabrics_report, topology
-from inventory.views_data.nodes import LOAD_FRESH, NodeUsage, load_view, node_logs
-from inventory.views_data.nvlink import nvlink_report
+from inventory.reads.fabrics import fabrics_report, topology
+from inventory.reads.nodes import LOAD_FRESH, NodeUsage, load_view, node_logs
+from inventory.reads.nvlink import nvlink_report
 
 __all__ = [
     "LOAD_FRESH",

@@ -7,7 +7,7 @@ after a router restart), which is not the same as idle.
 
 Models and nodes are listed here because the listings join placement's rows;
 the catalog's and the inventory's parts of each entry are built by their own
-views_data, which are handed what placement read.
+reads, which are handed what placement read.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from catalog.views_data import model_rows, model_view
+from catalog.reads import model_rows, model_view
 from inventory.devices import mig_label
 from inventory.models import Node
-from inventory.views_data import nodes as inventory_nodes
-from inventory.views_data.nodes import NodeUsage
+from inventory.reads import nodes as inventory_nodes
+from inventory.reads.nodes import NodeUsage
 from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
@@ -200,7 +200,7 @@ def node_usage(node_id: int | None = None) -> NodeUsage:
 def node_list(
     now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False
 ) -> list[dict[str, Any]]:
-    """Every node as ``ctl nodes`` and the console's node table show it (``inventory.views_data.nodes.node_list``).
+    """Every node as ``ctl nodes`` and the console's node table show it (``inventory.reads.nodes.node_list``).
 
     ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
     them; ``fields`` keeps only those top-level keys (``?fields=`` in the API).

@@ -3,7 +3,7 @@
 The analysis itself is :func:`inventory.fabrics.analyze` (pure); this module
 only feeds it the IBPort and SubnetManagerChange rows and shapes the answer.
 
-A fabric's map comes from its last ``ibnetdiscover`` scan (inventory/scans.py):
+A fabric's map comes from its last ``ibnetdiscover`` scan (inventory/writes/scans.py):
 drawn with the cluster's own adapters marked on it. Until a scan has been
 uploaded the map is absent and ``map_note`` says why, so nobody takes an empty
 drawing for an empty fabric; a scan that failed keeps the last good map, and
@@ -73,7 +73,7 @@ def _add_map(view: dict[str, Any], key: str) -> None:
             )
         )
         return
-    # Parsed once, when it was uploaded (inventory/scans.py): a page never reads the text.
+    # Parsed once, when it was uploaded (inventory/writes/scans.py): a page never reads the text.
     fabric_map = map_from_json(scan.fabric_map)
     hosts = {p["node_guid"]: (p["node"], p["hca"]) for p in view["live"] if p.get("node_guid")}
     view["map"] = build_view(fabric_map, hosts)

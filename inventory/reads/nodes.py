@@ -8,7 +8,7 @@ is never the same as empty or zero; the API schema's serializers in
 The listing reads a fixed number of queries whatever the fleet's size: nodes,
 their GPUs, and the shards that hold GPUs — never one query per node or GPU.
 The shards are placement's rows, so placement reads them and hands them in
-(``placement.views_data.node_list`` and ``node_detail`` are what callers use).
+(``placement.reads.node_list`` and ``node_detail`` are what callers use).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class NodeUsage:
     """Which GPUs each node's shards hold, and how many replicas run there.
 
     Built from (node id, GPU indices, replica id) rows of placement's shards,
-    which placement reads (``placement.views_data.node_usage``).
+    which placement reads (``placement.reads.node_usage``).
     """
 
     def __init__(self, rows: Iterable[tuple[int, list, str]]) -> None:
@@ -71,7 +71,7 @@ def node_list(
     """Every node as ``ctl nodes`` and the console's node table show it, given what its shards hold.
 
     ``usage`` is read by placement, whose rows the shards are: callers list
-    nodes through ``placement.views_data.node_list``.
+    nodes through ``placement.reads.node_list``.
 
     ``wiring`` adds each node's ``gpus`` and ``ib_ports``, as the API lists
     them; the console's tables and the summary do without, since reading them
@@ -157,7 +157,7 @@ def node_detail(
     """One node with its cards (NVLink peers, NUMA, nearest adapter, fabric), ports and shards.
 
     What is placed on it is placement's to read, and callers show a node
-    through ``placement.views_data.node_detail``: ``usage`` is what its shards
+    through ``placement.reads.node_detail``: ``usage`` is what its shards
     hold, ``holders`` GPU index → the replica holding it (``model#id``), and
     ``shards`` the shards placed there as placement shows them.
     """

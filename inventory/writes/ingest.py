@@ -62,7 +62,7 @@ def node_columns(report: dict) -> dict[str, Any]:
     return {
         "hostname": report.get("hostname") or host.get("hostname") or "",
         # Where the node's engines answer (the agent's --advertise-host): the only host
-        # a replica's endpoint may name (placement/shard_status.py).
+        # a replica's endpoint may name (placement/writes/shard_status.py).
         "mgmt_addr": report.get("address") or "",
         "agent_version": report.get("agent_version") or "",
         "os": host.get("os") or "",

@@ -2,7 +2,7 @@
 
 Both call these functions, so the two never disagree. A key left out means
 unknown or not set. The model listing with its replicas joins placement's
-rows, so it is placement's (``placement.views_data.model_list``); the
+rows, so it is placement's (``placement.reads.model_list``); the
 catalog's part of each entry is :func:`model_view`.
 """
 
@@ -33,7 +33,7 @@ def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> di
 
     ``counts`` are its replicas, ``ready`` and in ``total`` (pending, starting
     and ready); ``unplaced`` is the scheduler's last word that it cannot place
-    what the model wants. ``placement.views_data.model_list`` reads both.
+    what the model wants. ``placement.reads.model_list`` reads both.
     """
     view: dict[str, Any] = {
         "name": m.name,

@@ -19,7 +19,7 @@ what is queued; what is still queued when the process exits is written
 then.
 
 Also here: handing placement the time each replica was last used, batched
-(``placement.demand.touch``).
+(``placement.writes.demand.touch``).
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ from django import db
 from django.db import connection, transaction
 from django.utils import timezone
 
-from gateway import budgets, leases, ratelimit
+from gateway import ratelimit
 from gateway.models import SetAsideUsage, UsageHour, UsageRecord
 from gateway.rules import Caller
-from placement import demand
+from gateway.writes import budgets, leases
+from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
 # Past this many unwritten records (the database has been away for a while)
@@ -248,7 +249,7 @@ def _charges(batch: Iterable[Finished]) -> Iterable[tuple[int, int, int]]:
 
 
 def touch_replicas(times: dict[str, datetime]) -> None:
-    """Tell placement when each replica was last used (``placement.demand.touch``, which idle scale-down reads)."""
+    """Tell placement when each replica was last used (``placement.writes.demand.touch``; idle scale-down reads it)."""
     for replica_id, at in times.items():
         demand.touch(replica_id, at)
 
@@ -290,7 +291,7 @@ class Writer:
     writes a batch instead of ``write`` on that thread (gateway.pgpath's, on
     the event loop). Once a minute it also deletes the rate-limit windows
     nothing reads any more, and every LLMGW_GATEWAY_LEASE_S / 4 it renews
-    this process's leases (gateway.leases).
+    this process's leases (gateway.writes.leases).
     """
 
     def __init__(self, run_db, flush_every_s: float, touch_every_s: float, write_batch=None) -> None:

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
-from gateway.budgets import spent_now
 from gateway.models import ApiKey, Budget, Organisation, Scope, Team, UsageHour, UsageRecord
-from gateway.usage import CLIENT_CLOSED
+from gateway.writes.budgets import spent_now
+from gateway.writes.usage import CLIENT_CLOSED
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

@@ -125,7 +125,7 @@ class HeartbeatDesk:
         self.pending: dict[int, tuple[str, Beat]] = {}
         self.shards: dict[int, list[dict]] = {}
         self.shards_loaded = False
-        # node pk -> the topology scan assigned to it and not yet handed out (inventory/scans.py)
+        # node pk -> the topology scan assigned to it and not yet handed out (inventory/writes/scans.py)
         self.scans: dict[int, dict] = {}
         self.handed_out: list[int] = []
         # node name -> paths an operator asked to have deleted (see catalog.models.WeightCollection)

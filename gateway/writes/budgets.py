@@ -6,7 +6,7 @@ its team's, its organisation's) in one transaction, with a conditional
 that condition against the latest version of the row after waiting for any
 concurrent reservation, so two requests can never both take the last of a
 budget. When the request ends its reservation is taken back and its real cost
-added to ``spent`` (gateway.usage does that, batched).
+added to ``spent`` (gateway.writes.usage does that, batched).
 
 What a budget can be overrun by is therefore only what requests already in
 flight cost beyond their estimates. The estimate is an upper bound of the
@@ -28,8 +28,8 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
-from gateway import leases
 from gateway.models import Budget, Period, Scope
+from gateway.writes import leases
 
 MILLION = 1_000_000
 # The most micros one estimate, or one budget's amount, may be: admission adds spent, reserved
@@ -138,7 +138,7 @@ def reserve(budget_ids: list[int], estimate: int, now: datetime) -> Refusal | No
 
     One conditional UPDATE per budget, in id order (as settle goes), so two
     transactions touching the same budgets never wait on each other in a
-    circle; each followed by this process's lease on it (gateway.leases).
+    circle; each followed by this process's lease on it (gateway.writes.leases).
     """
     if not budget_ids:
         return None
@@ -166,7 +166,7 @@ def settle_statements(charges: Iterable[tuple[int, int, int]], now: datetime) ->
     """Take back reservations and add real costs: (budget id, reserved, cost) each.
 
     What is taken back is taken from this process's leases too, and never
-    more than they hold (gateway.leases.give_back_statements).
+    more than they hold (gateway.writes.leases.give_back_statements).
 
     Costs land in the budget's current period, even when the request was
     reserved in the previous one: that is when the money was spent. One
