@@ -217,7 +217,7 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from catalog.models import CatalogModel
 from placement.models import Replica
-from gateway import keys
+from gateway.writes import keys
 from gateway.models import Budget, Price
 m = CatalogModel.objects.create(name={MODEL!r}, min_replicas=1, max_replicas=1)
 Price.objects.create(model=m, prompt_micros_per_million=100_000, completion_micros_per_million=300_000)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from catalog.definitions import ProfileSpec
+from inventory.devices import mig_label
 
 # Node states, as an operator sets them; reachability is separate.
 READY = "ready"
@@ -29,19 +30,9 @@ FAILED = "failed"
 STOPPING = "stopping"
 COUNTING_STATES = frozenset({PENDING, STARTING, REPLICA_READY})
 
-# MIG instances are numbered past every real card, so a card and its instances
-# never collide: 1000 + 100 × card + instance (the inventory's numbering,
-# repeated here because the inventory module imports Django).
-MIG_INDEX_BASE = 1000
-MIG_INDEX_STRIDE = 100
-
-
-def gpu_label(index: int) -> str:
-    """How people see a GPU number: ``3`` for a card, ``3/mig2`` for a MIG instance."""
-    if index < MIG_INDEX_BASE:
-        return str(index)
-    card, instance = divmod(index - MIG_INDEX_BASE, MIG_INDEX_STRIDE)
-    return f"{card}/mig{instance}"
+# MIG instances are numbered past every real card (1000 + 100 × card + instance);
+# the numbering and its label have one home, inventory's pure devices module.
+gpu_label = mig_label
 
 
 # --- input -------------------------------------------------------------------

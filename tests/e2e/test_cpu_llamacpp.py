@@ -65,7 +65,7 @@ import json, os, sys
 os.environ["DJANGO_SETTINGS_MODULE"] = "llmgw.settings"
 import django
 django.setup()
-from catalog import service
+from catalog import writes as service
 model = service.add_model(json.loads(sys.argv[1]), actor="e2e test")
 print("added", model.name)
 """

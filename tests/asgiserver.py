@@ -1,0 +1,45 @@
+"""``llmgw.asgi`` on a real socket, in a thread: what Django's live_server is, for the paths only ASGI serves.
+
+Django's ``live_server`` runs WSGI, which never reaches the heartbeat's fast
+lane (the path's only server). This runs uvicorn on the same application the
+admin listener serves, on a free local port, for as long as the ``with``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from llmgw.asgi import application
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def asgi_live_server(timeout_s: float = 10.0) -> Iterator[str]:
+    """The server's base URL; the server is stopped, and its thread joined, on leaving."""
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, name="asgi-live-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"uvicorn did not start on port {port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
