@@ -136,6 +136,14 @@ class GPU(models.Model):
     nvlink_peers = models.JSONField("NVLink peers", null=True, blank=True)
     nics = models.JSONField("nearest adapters", null=True, blank=True, help_text="Adapter → PIX/PXB/PHB/NODE/SYS.")
     health = models.JSONField(default=list, blank=True, help_text="Problems; empty means healthy.")
+    # Memory health as the driver counts it (see agent.discovery.gpus.memory_health); NULL: unknown.
+    ecc = models.JSONField(
+        "ECC errors", null=True, blank=True, help_text="volatile/aggregate → SRAM/DRAM (un)correctable counts."
+    )
+    remapped_rows = models.JSONField(
+        null=True, blank=True, help_text="Row remapper: counts, pending, failure, bank availability."
+    )
+    retired_pages = models.JSONField(null=True, blank=True, help_text="Single-bit, double-bit, pending.")
     fabric_state = models.CharField(max_length=32, blank=True)
     fabric_status = models.CharField(max_length=64, blank=True)
     cluster_uuid = models.CharField("ClusterUUID", max_length=64, blank=True)
