@@ -68,6 +68,8 @@ class Kind(StrEnum):
     ECC_VOLATILE_UNCORRECTABLE = "uncorrectable ECC errors since the last reset"
     ECC_AGGREGATE_UNCORRECTABLE = "uncorrectable ECC errors in the card's life"
     ECC_RISING = "ECC error counter rising"
+    ROW_REMAPS_RISING = "remapped rows rising"
+    RETIRED_PAGES_RISING = "retired pages rising"
     SRAM_THRESHOLD_EXCEEDED = "SRAM uncorrectable errors over NVIDIA's threshold"
     ROW_REMAP_PENDING = "row remapping pending"
     ROW_REMAP_FAILURE = "row remapping failed"
@@ -103,7 +105,9 @@ KIND_SEVERITY: dict[Kind, Severity] = {
     Kind.GPU_LOST: Severity.FATAL,  # Xid 79's state: the driver cannot reach the card (RESTART_BM)
     Kind.ECC_VOLATILE_UNCORRECTABLE: Severity.FATAL,  # Xid 48: "a GPU reset or node reboot is needed"
     Kind.ECC_AGGREGATE_UNCORRECTABLE: Severity.INFO,  # the card's history; volatile says if it is now
-    Kind.ECC_RISING: Severity.WARNING,
+    Kind.ECC_RISING: Severity.WARNING,  # memory wearing: watch it (a new uncorrectable one is also volatile)
+    Kind.ROW_REMAPS_RISING: Severity.WARNING,  # spare rows being used up
+    Kind.RETIRED_PAGES_RISING: Severity.WARNING,  # toward the limit of 64
     Kind.SRAM_THRESHOLD_EXCEEDED: Severity.SERVICE,  # RMA criterion ("run field diag")
     Kind.ROW_REMAP_PENDING: Severity.WARNING,  # reset needed; unaffected applications continue
     Kind.ROW_REMAP_FAILURE: Severity.SERVICE,  # RMA criterion
@@ -361,3 +365,56 @@ def card_problems(card: Mapping[str, Any]) -> list[Problem]:
     for problem in [*_word_problems(card), *_memory_problems(card)]:
         seen.setdefault(problem, None)
     return list(seen)
+
+
+# ---------------------------------------------------------------------------
+# counters that rose: a finding, where a settled counter is none
+
+# How long after a card's counters last changed a rise is still reported: long enough that a
+# sweep sees a one-off rise and the operator reads it, short enough that a settled counter
+# stops being news. Counters that keep rising keep it open (each change restarts the day).
+RISING_WINDOW_S = 24 * 3600
+
+# The life-long counters (volatile ECC counts restart at each reset, so they cannot be compared).
+_RISING = (
+    (
+        Kind.ECC_RISING,
+        "ecc",
+        ("aggregate",),
+        ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable"),
+    ),
+    (Kind.ROW_REMAPS_RISING, "remapped_rows", (), ("correctable", "uncorrectable")),
+    (Kind.RETIRED_PAGES_RISING, "retired_pages", (), ("single_bit", "double_bit")),
+)
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rising(card: Mapping[str, Any], before: Mapping[str, Any] | None) -> list[Problem]:
+    """The counters of ``card`` that are higher than in ``before`` (same shapes), one problem per kind.
+
+    Each problem's message says which counters rose and from what ("aggregate dram_correctable
+    0 → 1"). A counter unknown on either side, or lower now (another card, a counter reset), is
+    no rise.
+    """
+    if not isinstance(before, Mapping):
+        return []
+    out: list[Problem] = []
+    for kind, column, section, counters in _RISING:
+        now_block, old_block = _at(card.get(column), section), _at(before.get(column), section)
+        rose = []
+        for name in counters:
+            new, old = _number(_at(now_block, (name,))), _number(_at(old_block, (name,)))
+            if new is not None and old is not None and new > old:
+                rose.append(f"{' '.join((*section, name))} {old} → {new}")
+        if rose:
+            out.append(Problem(kind, message=", ".join(rose)))
+    return out

@@ -144,6 +144,10 @@ class GPU(models.Model):
         null=True, blank=True, help_text="Row remapper: counts, pending, failure, bank availability."
     )
     retired_pages = models.JSONField(null=True, blank=True, help_text="Single-bit, double-bit, pending.")
+    # The three above as they were before they last changed, and when: what a rising counter is
+    # read against (observability.sweeps, inventory.health_rules.rising).
+    previous_memory = models.JSONField(null=True, blank=True)
+    memory_changed_at = models.DateTimeField(null=True, blank=True)
     fabric_state = models.CharField(max_length=32, blank=True)
     fabric_status = models.CharField(max_length=64, blank=True)
     cluster_uuid = models.CharField("ClusterUUID", max_length=64, blank=True)

@@ -153,3 +153,40 @@ def test_any_card_shape_gives_problems_each_with_one_severity(card):
     found = H.card_problems(card)
     assert len(found) == len(set(found))
     assert all(isinstance(H.severity(p), Severity) for p in found)
+
+
+counts = st.integers(min_value=0, max_value=2**40)
+memory = st.fixed_dictionaries(
+    {
+        "ecc": st.fixed_dictionaries({"aggregate": st.dictionaries(st.sampled_from(G.ECC_COUNTERS), counts)}),
+        "remapped_rows": st.dictionaries(st.sampled_from(["correctable", "uncorrectable"]), counts),
+        "retired_pages": st.dictionaries(st.sampled_from(["single_bit", "double_bit"]), counts),
+    }
+)
+
+
+@given(memory)
+def test_the_same_counters_are_no_rise(card):
+    assert H.rising(card, card) == []
+    assert H.rising(card, None) == []
+
+
+@given(memory, st.sampled_from(G.ECC_COUNTERS), st.integers(min_value=1, max_value=1000))
+def test_a_higher_aggregate_ecc_count_is_a_rise_and_a_lower_one_is_not(before, counter, by):
+    before["ecc"]["aggregate"].setdefault(counter, 0)
+    after = {**before, "ecc": {"aggregate": {**before["ecc"]["aggregate"]}}}
+    after["ecc"]["aggregate"][counter] += by
+    found = H.rising(after, before)
+    assert [p.kind for p in found] == [Kind.ECC_RISING]
+    assert f"aggregate {counter} " in found[0].message
+    assert H.rising(before, after) == []  # lower now: a reset or another card, no rise
+    assert all(H.severity(p) is Severity.WARNING for p in found)
+
+
+def test_remaps_and_retirements_rising():
+    before = {"remapped_rows": {"correctable": 1, "uncorrectable": 0}, "retired_pages": {"single_bit": 2}}
+    after = {"remapped_rows": {"correctable": 1, "uncorrectable": 2}, "retired_pages": {"single_bit": 3}}
+    assert H.rising(after, before) == [
+        Problem(Kind.ROW_REMAPS_RISING, message="uncorrectable 0 → 2"),
+        Problem(Kind.RETIRED_PAGES_RISING, message="single_bit 2 → 3"),
+    ]

@@ -79,4 +79,9 @@ def test_ingest_stores_the_facts_and_unknown_stays_null():
     later["gpus"][2]["ecc"]["aggregate"]["dram_correctable"] = 1
     result = ingest.ingest_report(node, later, now)
     assert result.gpus_updated == [2]
-    assert GPU.objects.get(node=node, index=2).ecc["aggregate"]["dram_correctable"] == 1
+    rose = GPU.objects.get(node=node, index=2)
+    assert rose.ecc["aggregate"]["dram_correctable"] == 1
+    # What it was is kept, and when it changed, to read the rise against.
+    assert rose.previous_memory["ecc"]["aggregate"]["dram_correctable"] == 0
+    assert rose.previous_memory["remapped_rows"] == settled.remapped_rows and rose.memory_changed_at == now
+    assert GPU.objects.get(node=node, index=1).previous_memory is None  # unchanged: nothing to keep
