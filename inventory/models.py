@@ -136,6 +136,18 @@ class GPU(models.Model):
     nvlink_peers = models.JSONField("NVLink peers", null=True, blank=True)
     nics = models.JSONField("nearest adapters", null=True, blank=True, help_text="Adapter → PIX/PXB/PHB/NODE/SYS.")
     health = models.JSONField(default=list, blank=True, help_text="Problems; empty means healthy.")
+    # Memory health as the driver counts it (see agent.discovery.gpus.memory_health); NULL: unknown.
+    ecc = models.JSONField(
+        "ECC errors", null=True, blank=True, help_text="volatile/aggregate → SRAM/DRAM (un)correctable counts."
+    )
+    remapped_rows = models.JSONField(
+        null=True, blank=True, help_text="Row remapper: counts, pending, failure, bank availability."
+    )
+    retired_pages = models.JSONField(null=True, blank=True, help_text="Single-bit, double-bit, pending.")
+    # The three above as they were before they last changed, and when: what a rising counter is
+    # read against (observability.sweeps, inventory.health_rules.rising).
+    previous_memory = models.JSONField(null=True, blank=True)
+    memory_changed_at = models.DateTimeField(null=True, blank=True)
     fabric_state = models.CharField(max_length=32, blank=True)
     fabric_status = models.CharField(max_length=64, blank=True)
     cluster_uuid = models.CharField("ClusterUUID", max_length=64, blank=True)

@@ -32,6 +32,9 @@ from inventory.devices import MIG_INDEX_BASE
 MAX_GPUS = 2048
 MAX_PORTS = 512
 MAX_PROBLEMS_REPORTED = 10
+# An error counter is stored in JSON but compared and summed as a 64-bit integer: a value past
+# that is no reading (the drivers' counters are 32- or 64-bit unsigned).
+MAX_COUNTER = 2**63 - 1
 
 Check = Callable[[Any], bool]
 # A string's most characters, or an integer's (lowest, highest).
@@ -86,6 +89,13 @@ def _nullable(check: Check) -> Check:
     return lambda v: v is None or check(v)
 
 
+def _counter(v: Any) -> bool:
+    return _is_int(v) and 0 <= v <= MAX_COUNTER
+
+
+_COUNT = (_counter, f"a non-negative integer of at most {MAX_COUNTER}")
+
+
 GPU_FIELDS: dict[str, tuple[Check, str]] = {
     "index": (_nonneg_int, "a non-negative integer"),
     "uuid": (_str, "a string"),
@@ -102,6 +112,31 @@ GPU_FIELDS: dict[str, tuple[Check, str]] = {
     "parent": (_nonneg_int, "a non-negative integer"),
     "mig_uuid": (_str, "a string"),
     "mig_profile": (_str, "a string"),
+    "ecc": (_dict, "an object"),
+    "remapped_rows": (_dict, "an object"),
+    "retired_pages": (_dict, "an object"),
+}
+# Memory health (agent.discovery.gpus.memory_health): counters the driver keeps.
+ECC_COUNTER_FIELDS: dict[str, tuple[Check, str]] = {
+    name: _COUNT for name in ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable")
+}
+ECC_FIELDS: dict[str, tuple[Check, str]] = {
+    "volatile": (_dict, "an object of counter → count"),
+    "aggregate": (_dict, "an object of counter → count"),
+    "sram_threshold_exceeded": (_bool, "true or false"),
+}
+REMAP_FIELDS: dict[str, tuple[Check, str]] = {
+    "correctable": _COUNT,
+    "uncorrectable": _COUNT,
+    "pending": (_bool, "true or false"),
+    "failure": (_bool, "true or false"),
+    "bank_availability": (_dict, "an object of bucket → banks"),
+}
+BANK_FIELDS: dict[str, tuple[Check, str]] = {name: _COUNT for name in ("max", "high", "partial", "low", "none")}
+RETIRED_FIELDS: dict[str, tuple[Check, str]] = {
+    "single_bit": _COUNT,
+    "double_bit": _COUNT,
+    "pending": (_bool, "true or false"),
 }
 FABRIC_FIELDS: dict[str, tuple[Check, str]] = {
     "state": (_str, "a string"),
@@ -250,6 +285,7 @@ def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
         _fields(gpu, GPU_FIELDS, where, "gpus[]", bounds, out)
         if isinstance(gpu.get("fabric"), dict):
             _fields(gpu["fabric"], FABRIC_FIELDS, f"{where}.fabric", "gpus[].fabric", bounds, out)
+        _memory_health(gpu, where, bounds, out)
         index = gpu.get("index")
         if _nonneg_int(index):
             if index in seen:
@@ -260,6 +296,25 @@ def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
                 out.append(
                     f"{where}: a MIG instance has a parent and an index of {MIG_INDEX_BASE} or more; a card has neither"
                 )
+
+
+def _memory_health(gpu: dict, where: str, bounds: Bounds, out: list[str]) -> None:
+    """The nested objects of a card's ecc, remapped_rows and retired_pages."""
+    ecc = gpu.get("ecc")
+    if isinstance(ecc, dict):
+        _fields(ecc, ECC_FIELDS, f"{where}.ecc", "gpus[].ecc", bounds, out)
+        for section in ("volatile", "aggregate"):
+            if isinstance(ecc.get(section), dict):
+                _fields(ecc[section], ECC_COUNTER_FIELDS, f"{where}.ecc.{section}", "", bounds, out)
+    remap = gpu.get("remapped_rows")
+    if isinstance(remap, dict):
+        _fields(remap, REMAP_FIELDS, f"{where}.remapped_rows", "gpus[].remapped_rows", bounds, out)
+        if isinstance(remap.get("bank_availability"), dict):
+            _fields(
+                remap["bank_availability"], BANK_FIELDS, f"{where}.remapped_rows.bank_availability", "", bounds, out
+            )
+    if isinstance(gpu.get("retired_pages"), dict):
+        _fields(gpu["retired_pages"], RETIRED_FIELDS, f"{where}.retired_pages", "gpus[].retired_pages", bounds, out)
 
 
 def _ports(ports: list, bounds: Bounds, out: list[str]) -> None:

@@ -10,6 +10,9 @@ What a sweep looks for (kind: subject):
 - ``sm_changed``: a fabric (its declared name, else its physical key) — its
   master subnet manager changed (the analysis' SM problems: recently, or flapping);
 - ``gpu_unhealthy``: ``<node>/gpu <label>`` — a card or MIG instance with health problems;
+- ``gpu_memory_rising``: ``<node>/gpu <label>`` — a card whose memory error counters (aggregate
+  ECC, remapped rows, retired pages) rose at its last change, within a day of it
+  (inventory.health_rules.rising); a settled counter is no finding;
 - ``node_silent``: a node — unreachable past the grace, or lost;
 - ``model_parked``: a model — parked after failing every start.
 
@@ -35,7 +38,7 @@ from django.db import transaction
 
 from catalog.models import CatalogModel
 from core.models import Finding, Severity
-from inventory import fabrics, nvlink_rules
+from inventory import fabrics, health_rules, nvlink_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, Node, NVLinkDomain
@@ -72,6 +75,9 @@ class GpuFact:
     joined: str | None
     claimed: str
     health: tuple[str, ...]
+    memory: dict = field(default_factory=dict)  # ecc, remapped_rows, retired_pages (None: unknown)
+    previous_memory: dict | None = None  # the same before their last change
+    memory_changed_at: datetime | None = None
 
     @property
     def label(self) -> str:
@@ -101,9 +107,21 @@ def load(now: datetime) -> Fleet:
         keys[pk] = f"{uuid}/{clique}"
         fleet.domain_names[keys[pk]] = name or keys[pk]
     rows = GPU.objects.values_list(
-        "node__name", "index", "parent_index", "fabric_state", "domain_id", "cluster_uuid", "clique_id", "health"
+        "node__name",
+        "index",
+        "parent_index",
+        "fabric_state",
+        "domain_id",
+        "cluster_uuid",
+        "clique_id",
+        "health",
+        "ecc",
+        "remapped_rows",
+        "retired_pages",
+        "previous_memory",
+        "memory_changed_at",
     )
-    for node, index, parent, state, domain_id, uuid, clique, health in rows:
+    for node, index, parent, state, domain_id, uuid, clique, health, ecc, remap, retired, before, changed in rows:
         fleet.gpus.append(
             GpuFact(
                 node,
@@ -113,6 +131,9 @@ def load(now: datetime) -> Fleet:
                 keys.get(domain_id),
                 nvlink_rules.claimed_text(uuid, clique),
                 tuple(health),
+                {"ecc": ecc, "remapped_rows": remap, "retired_pages": retired},
+                before,
+                changed,
             )
         )
     fleet.fabric_report = analyze_inventory(now)
@@ -254,6 +275,30 @@ def unhealthy_gpus(fleet: Fleet) -> list[Found]:
     return found
 
 
+def memory_rising(fleet: Fleet, now: datetime) -> list[Found]:
+    """Cards whose memory error counters rose at their last change, within health_rules.RISING_WINDOW_S of it."""
+    window = timedelta(seconds=health_rules.RISING_WINDOW_S)
+    found = []
+    for g in sorted(fleet.gpus, key=lambda g: (g.node, g.index)):
+        # A MIG instance carries its card's counters: the card's finding speaks for them.
+        if not g.is_card or g.memory_changed_at is None or not timedelta(0) <= now - g.memory_changed_at <= window:
+            continue
+        rose = health_rules.rising(g.memory, g.previous_memory)
+        if not rose:
+            continue
+        worst = health_rules.worst(rose)
+        found.append(
+            Found(
+                "gpu_memory_rising",
+                f"{g.node}/gpu {g.label}",
+                f"gpu {g.label} on {g.node}: memory errors rising since {g.memory_changed_at:%Y-%m-%d %H:%M:%S %Z} "
+                f"({'; '.join(p.message for p in rose)}). Watch it; drain the node if they keep rising.",
+                CRITICAL if worst is not None and health_rules.is_fatal(worst) else WARNING,
+            )
+        )
+    return found
+
+
 def silent_nodes(fleet: Fleet) -> list[Found]:
     found = []
     for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
@@ -298,6 +343,7 @@ def find(fleet: Fleet, now: datetime) -> list[Found]:
             *split_fabrics(fleet),
             *sm_changed(fleet, now),
             *unhealthy_gpus(fleet),
+            *memory_rising(fleet, now),
             *silent_nodes(fleet),
             *parked_models(fleet),
         ]

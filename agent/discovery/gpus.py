@@ -19,6 +19,16 @@ Decisions (see also docs in the report module):
   ``parent_uuid``. Instances carry no temperature, power or utilisation: those
   belong to the card. A card in MIG mode with no instance is reported as the
   card, with the reason in its health.
+* **Memory health** (``ecc``, ``remapped_rows``, ``retired_pages``) is
+  reported as the counters the driver keeps, whichever source read them:
+  ECC counts volatile (since the last reset) and aggregate (the card's
+  life) for SRAM and DRAM, correctable and uncorrectable; the row remapper's
+  counts, flags and bank availability; retired pages. A counter that is
+  non-zero but settled (a row remapped with nothing pending, pages retired
+  long ago) is a fact, not a health problem; only what needs a reset or
+  service goes into ``health``. On pre-Turing cards, which count ECC per
+  location, DRAM is "Device Memory" and SRAM the sum of the on-chip
+  locations (register file, L1, L2, texture, texture shared, CBU).
 * **Fabric**: a card whose driver says fabric is not supported gets
   ``{"state": "Not Supported"}``; ``fabric`` is absent only when unknown (an
   old driver without the fabric query, a lost card). ``cluster_uuid``,
@@ -283,6 +293,70 @@ class MigFacts:
     ecc_uncorrectable: int | None = None
 
 
+# ---------------------------------------------------------------------------
+# memory health
+
+ECC_COUNTERS = ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable")
+ECC_SECTIONS = ("volatile", "aggregate")
+# Pre-Turing per-location counters that are on-chip SRAM (NVML's nvmlMemoryLocation_t less DRAM).
+LEGACY_SRAM_LOCATIONS = ("register_file", "l1_cache", "l2_cache", "texture_memory", "texture_shm", "cbu")
+# NVIDIA's "GPU Memory Error Management": page retirement (pre-Ampere) supports at most 64
+# retirements for the frame buffer; a card there cannot retire another page.
+RETIRED_PAGES_LIMIT = 64
+
+
+@dataclass
+class EccCounts:
+    """ECC error counters: section ("volatile"/"aggregate") → counter → count; unknown counters are absent."""
+
+    volatile: dict[str, int] = field(default_factory=dict)
+    aggregate: dict[str, int] = field(default_factory=dict)
+    sram_threshold_exceeded: bool | None = None
+
+    def known(self) -> bool:
+        return bool(self.volatile or self.aggregate) or self.sram_threshold_exceeded is not None
+
+
+def _legacy_bit(kind: str) -> str:
+    return "single_bit" if kind == "correctable" else "double_bit"
+
+
+def _ecc_counter_smi(raw: dict[str, str], section: str, counter: str) -> int | None:
+    memory, kind = counter.split("_", 1)
+    if memory == "dram":
+        key = f"{section}.{counter}"
+        return smi.integer(raw[key] if key in raw else raw.get(f"{section}.{_legacy_bit(kind)}.device_memory"))
+    if f"{section}.{counter}" in raw:
+        return smi.integer(raw[f"{section}.{counter}"])
+    split = [raw[k] for k in (f"{section}.{counter}_parity", f"{section}.{counter}_secded") if k in raw]
+    if split:  # Hopper-era drivers split SRAM uncorrectable into parity and SEC-DED
+        return _sum_known(split)
+    legacy = [raw[k] for n in LEGACY_SRAM_LOCATIONS if (k := f"{section}.{_legacy_bit(kind)}.{n}") in raw]
+    return _sum_known(legacy)
+
+
+def ecc_from_smi(raw: dict[str, str] | None) -> EccCounts | None:
+    """ECC counters from nvidia-smi's flattened ECC block; None when it holds no readable counter."""
+    if not raw:
+        return None
+    ecc = EccCounts(sram_threshold_exceeded=smi.yes_no(raw.get("aggregate.sram_threshold_exceeded")))
+    for section in ECC_SECTIONS:
+        counts = getattr(ecc, section)
+        for counter in ECC_COUNTERS:
+            value = _ecc_counter_smi(raw, section, counter)
+            if value is not None:
+                counts[counter] = value
+    return ecc if ecc.known() else None
+
+
+def histogram_from_smi(raw: dict[str, str] | None) -> dict[str, int] | None:
+    """Bank remap availability ("192 bank(s)" → 192); None when unknown."""
+    if raw is None:
+        return None
+    out = {bucket: v for bucket, text in raw.items() if (v := smi.integer(text)) is not None}
+    return out or None
+
+
 @dataclass
 class CardFacts:
     """Everything known about one card. ``None`` is unknown; ``errors`` are read failures ("GPU is lost")."""
@@ -300,6 +374,10 @@ class CardFacts:
     retired_pending: bool | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
+    remap_correctable: int | None = None
+    remap_uncorrectable: int | None = None
+    remap_histogram: dict[str, int] | None = None
+    ecc: EccCounts | None = None
     ecc_volatile_uncorrectable: int | None = None
     temperature_c: int | None = None
     power_w: float | None = None
@@ -377,6 +455,10 @@ def card_from_smi(index: int, gpu: smi.SmiGpu) -> CardFacts:
         retired_pending=smi.yes_no(gpu.retired_pending),
         remap_pending=smi.yes_no(gpu.remap_pending),
         remap_failure=smi.yes_no(gpu.remap_failure),
+        remap_correctable=smi.integer(gpu.remap_correctable),
+        remap_uncorrectable=smi.integer(gpu.remap_uncorrectable),
+        remap_histogram=histogram_from_smi(gpu.remap_histogram),
+        ecc=ecc_from_smi(gpu.ecc_counters),
         ecc_volatile_uncorrectable=_sum_known(gpu.ecc_volatile_uncorrectable),
         temperature_c=smi.integer(gpu.temperature),
         power_w=_watts(smi.number(gpu.power_draw)),
@@ -532,14 +614,21 @@ def health(card: CardFacts) -> list[str]:
     if card.retired_pending:
         problems.append("retired pages pending (reset the GPU)")
     sbe, dbe = card.retired_sbe or 0, card.retired_dbe or 0
-    if sbe + dbe:
-        problems.append(f"{sbe + dbe} retired pages ({sbe} single-bit, {dbe} double-bit)")
+    # Pages retired and settled are a fact of the card's past (reported in retired_pages);
+    # only the limit, past which no page can be retired, makes them a problem.
+    if sbe + dbe >= RETIRED_PAGES_LIMIT:
+        problems.append(
+            f"{sbe + dbe} retired pages ({sbe} single-bit, {dbe} double-bit): NVIDIA's limit of "
+            f"{RETIRED_PAGES_LIMIT} reached (the GPU needs service)"
+        )
     if card.remap_failure:
         problems.append("row remapping failed (the GPU needs service)")
     if card.remap_pending:
         problems.append("row remapping pending (reset the GPU)")
     if card.ecc_volatile_uncorrectable:
         problems.append(f"{card.ecc_volatile_uncorrectable} uncorrectable ECC errors since the last reset")
+    if card.ecc is not None and card.ecc.sram_threshold_exceeded:
+        problems.append("SRAM uncorrectable errors over NVIDIA's threshold (run the field diagnostic)")
     if card.mig_mode is not None and card.mig_mode.startswith("enabled") and card.migs == []:
         problems.append("MIG enabled but no instances created")
     return problems
@@ -549,6 +638,30 @@ def _put(entry: dict[str, Any], key: str, value: Any) -> None:
     """Absent means unknown: only known values go into an entry."""
     if value is not None:
         entry[key] = value
+
+
+def memory_health(card: CardFacts) -> dict[str, Any]:
+    """The entry's ``ecc``, ``remapped_rows`` and ``retired_pages`` objects, each only with what is known."""
+    out: dict[str, Any] = {}
+    if card.ecc is not None:
+        ecc: dict[str, Any] = {s: dict(getattr(card.ecc, s)) for s in ECC_SECTIONS if getattr(card.ecc, s)}
+        _put(ecc, "sram_threshold_exceeded", card.ecc.sram_threshold_exceeded)
+        out["ecc"] = ecc
+    remap: dict[str, Any] = {}
+    _put(remap, "correctable", card.remap_correctable)
+    _put(remap, "uncorrectable", card.remap_uncorrectable)
+    _put(remap, "pending", card.remap_pending)
+    _put(remap, "failure", card.remap_failure)
+    _put(remap, "bank_availability", card.remap_histogram)
+    if remap:
+        out["remapped_rows"] = remap
+    retired: dict[str, Any] = {}
+    _put(retired, "single_bit", card.retired_sbe)
+    _put(retired, "double_bit", card.retired_dbe)
+    _put(retired, "pending", card.retired_pending)
+    if retired:
+        out["retired_pages"] = retired
+    return out
 
 
 def _card_entry(card: CardFacts) -> dict[str, Any]:
@@ -562,6 +675,7 @@ def _card_entry(card: CardFacts) -> dict[str, Any]:
     _put(entry, "nvlink_peers", card.nvlink_peers)
     _put(entry, "nics", card.nics)
     entry["health"] = health(card)
+    entry.update(memory_health(card))
     if card.fabric is not None:
         entry["fabric"] = fabric_report(card.fabric)
     _put(entry, "mig_mode", card.mig_mode)
@@ -595,6 +709,7 @@ def _mig_entry(card: CardFacts, mig: MigFacts, profile: str | None, card_health:
     if mig.ecc_uncorrectable:
         own.append(f"{mig.ecc_uncorrectable} uncorrectable ECC errors in this instance since the last reset")
     entry["health"] = own
+    entry.update(memory_health(card))  # the card's memory: an instance has no counters of its own
     _put(entry, "mig_mode", card.mig_mode)
     _put(entry, "gpu_instance_id", mig.gpu_instance_id)
     _put(entry, "compute_instance_id", mig.compute_instance_id)

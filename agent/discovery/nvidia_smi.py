@@ -76,6 +76,14 @@ class SmiGpu:
     # "GPU is lost") elsewhere; the scalar lands in remap_corr/unc/pending/failure alike.
     remap_pending: str | None = None
     remap_failure: str | None = None
+    remap_correctable: str | None = None
+    remap_uncorrectable: str | None = None
+    # Bank remap availability: max/high/partial/low/none → "192 bank(s)". None: not in the capture.
+    remap_histogram: dict[str, str] | None = None
+    # Every ECC counter leaf, keyed by XML tag path whichever format it came from:
+    # "volatile.sram_correctable", "aggregate.sram_threshold_exceeded",
+    # "volatile.double_bit.device_memory" (pre-Turing layout). None: no ECC block.
+    ecc_counters: dict[str, str] | None = None
     ecc_mode: str | None = None
     ecc_volatile_uncorrectable: list[str] = field(default_factory=list)
     temperature: str | None = None
@@ -97,6 +105,8 @@ class SmiGpu:
                 self.retired_pending,
                 self.remap_pending,
                 self.remap_failure,
+                self.remap_correctable,
+                self.remap_uncorrectable,
                 self.temperature,
                 self.power_draw,
                 self.gpu_util,
@@ -288,18 +298,63 @@ def _processes_xml(gpu: ET.Element) -> list[SmiProcess] | None:
     ]
 
 
-def _remapped_xml(gpu: ET.Element) -> tuple[str | None, str | None]:
+@dataclass
+class _Remap:
+    """The remapped-rows block in raw strings; a scalar block ("N/A", "GPU is lost") fills every field."""
+
+    pending: str | None = None
+    failure: str | None = None
+    correctable: str | None = None
+    uncorrectable: str | None = None
+    histogram: dict[str, str] | None = None
+
+    @classmethod
+    def scalar(cls, raw: str | None) -> _Remap:
+        return cls(raw, raw, raw, raw, None)
+
+
+HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
+
+
+def _remapped_xml(gpu: ET.Element) -> _Remap:
     el = gpu.find("remapped_rows")
     if el is None:
-        return None, None
+        return _Remap()
     if len(el) == 0:  # a scalar: N/A or GPU is lost
-        raw = (el.text or "").strip()
-        return raw, raw
-    return _text(el, "remapped_row_pending"), _text(el, "remapped_row_failure")
+        return _Remap.scalar((el.text or "").strip())
+    histogram = None
+    hist = el.find("row_remapper_histogram")
+    if hist is not None and len(hist):
+        histogram = {b: v for b in HISTOGRAM_BUCKETS if (v := _text(hist, f"row_remapper_histogram_{b}")) is not None}
+    return _Remap(
+        pending=_text(el, "remapped_row_pending"),
+        failure=_text(el, "remapped_row_failure"),
+        correctable=_text(el, "remapped_row_corr"),
+        uncorrectable=_text(el, "remapped_row_unc"),
+        histogram=histogram,
+    )
+
+
+def _ecc_xml(gpu: ET.Element) -> dict[str, str] | None:
+    el = gpu.find("ecc_errors")
+    if el is None or len(el) == 0:
+        return None
+    out: dict[str, str] = {}
+    for section in ("volatile", "aggregate"):
+        block = el.find(section)
+        if block is None:
+            continue
+        for child in block:
+            if len(child) == 0:
+                out[f"{section}.{child.tag}"] = (child.text or "").strip()
+            else:  # pre-Turing: single_bit / double_bit, each per location
+                for leaf in child:
+                    out[f"{section}.{child.tag}.{leaf.tag}"] = (leaf.text or "").strip()
+    return out
 
 
 def _gpu_xml(gpu: ET.Element) -> SmiGpu:
-    remap_pending, remap_failure = _remapped_xml(gpu)
+    remap = _remapped_xml(gpu)
     return SmiGpu(
         pci_bus_id=_text(gpu, "pci/pci_bus_id") or gpu.get("id"),
         name=_text(gpu, "product_name"),
@@ -312,8 +367,12 @@ def _gpu_xml(gpu: ET.Element) -> SmiGpu:
         retired_sbe=_text(gpu, "retired_pages/multiple_single_bit_retirement/retired_count"),
         retired_dbe=_text(gpu, "retired_pages/double_bit_retirement/retired_count"),
         retired_pending=_text(gpu, "retired_pages/pending_retirement"),
-        remap_pending=remap_pending,
-        remap_failure=remap_failure,
+        remap_pending=remap.pending,
+        remap_failure=remap.failure,
+        remap_correctable=remap.correctable,
+        remap_uncorrectable=remap.uncorrectable,
+        remap_histogram=remap.histogram,
+        ecc_counters=_ecc_xml(gpu),
         ecc_mode=_text(gpu, "ecc_mode/current_ecc"),
         ecc_volatile_uncorrectable=_volatile_uncorrectable_xml(gpu),
         temperature=_text(gpu, "temperature/gpu_temp"),
@@ -432,13 +491,52 @@ def _retired_text(root: _Node) -> tuple[str | None, str | None, str | None]:
     return sbe, dbe, pending
 
 
-def _remapped_text(root: _Node) -> tuple[str | None, str | None]:
+def _remapped_text(root: _Node) -> _Remap:
     node = root.child("Remapped Rows")
     if node is None:
-        return None, None
+        return _Remap()
     if not node.children:
-        return node.value, node.value
-    return node.get("Pending"), node.get("Remapping Failure Occurred")
+        return _Remap.scalar(node.value)
+    histogram = None
+    hist = node.child("Bank Remap Availability Histogram")
+    if hist is not None and hist.children:
+        histogram = {b: v for b in HISTOGRAM_BUCKETS if (v := hist.get(b)) is not None}
+    return _Remap(
+        pending=node.get("Pending"),
+        failure=node.get("Remapping Failure Occurred"),
+        correctable=node.get("Correctable Error"),
+        uncorrectable=node.get("Uncorrectable Error"),
+        histogram=histogram,
+    )
+
+
+# The text's ECC keys in the XML's tag names ("SRAM Uncorrectable SEC-DED" → sram_uncorrectable_secded).
+_ECC_TEXT_TAGS = {"texture_shared": "texture_shm"}
+
+
+def _ecc_tag(key: str) -> str:
+    tag = re.sub(r"[\s\-]+", "_", key.strip().lower()).replace("sec_ded", "secded")
+    return _ECC_TEXT_TAGS.get(tag, tag)
+
+
+def _ecc_text(root: _Node) -> dict[str, str] | None:
+    node = root.child("ECC Errors")
+    if node is None or not node.children:
+        return None
+    out: dict[str, str] = {}
+    for section in ("volatile", "aggregate"):
+        block = node.child(section)
+        if block is None:
+            continue
+        for child in block.children:
+            if not child.children:
+                if child.value is not None:
+                    out[f"{section}.{_ecc_tag(child.key)}"] = child.value
+                continue
+            for leaf in child.children:
+                if leaf.value is not None:
+                    out[f"{section}.{_ecc_tag(child.key)}.{_ecc_tag(leaf.key)}"] = leaf.value
+    return out
 
 
 def _volatile_text(root: _Node) -> list[str]:
@@ -501,7 +599,7 @@ def _mig_devices_text(root: _Node) -> list[SmiMigDevice] | None:
 def _gpu_text(bus_id: str, lines: list[str]) -> SmiGpu:
     root = _Node(key="GPU", value=bus_id, indent=-1, children=_outline(lines))
     sbe, dbe, pending = _retired_text(root)
-    remap_pending, remap_failure = _remapped_text(root)
+    remap = _remapped_text(root)
     readings = root.child("GPU Power Readings") or root.child("Power Readings")
     power = None
     if readings is not None:
@@ -518,8 +616,12 @@ def _gpu_text(bus_id: str, lines: list[str]) -> SmiGpu:
         retired_sbe=sbe,
         retired_dbe=dbe,
         retired_pending=pending,
-        remap_pending=remap_pending,
-        remap_failure=remap_failure,
+        remap_pending=remap.pending,
+        remap_failure=remap.failure,
+        remap_correctable=remap.correctable,
+        remap_uncorrectable=remap.uncorrectable,
+        remap_histogram=remap.histogram,
+        ecc_counters=_ecc_text(root),
         ecc_mode=root.get("ECC Mode", "Current"),
         ecc_volatile_uncorrectable=_volatile_text(root),
         temperature=root.get("Temperature", "GPU Current Temp"),

@@ -139,7 +139,10 @@ class NvmlApi(Protocol):
     def mig_profile_name(self, mig: Any) -> str: ...
     def retired_pages(self, handle: Any) -> tuple[int, int]: ...
     def retired_pages_pending(self, handle: Any) -> bool: ...
-    def remapped_rows(self, handle: Any) -> tuple[bool, bool]: ...
+    def remapped_rows(self, handle: Any) -> tuple[int, int, bool, bool]: ...
+    def row_remapper_histogram(self, handle: Any) -> dict[str, int]: ...
+    def memory_error_counter(self, handle: Any, error_type: int, counter_type: int, location: int) -> int: ...
+    def sram_threshold_exceeded(self, handle: Any) -> bool: ...
     def ecc_volatile_uncorrected(self, handle: Any) -> int: ...
     def temperature_c(self, handle: Any) -> int: ...
     def power_mw(self, handle: Any) -> int: ...
@@ -284,9 +287,22 @@ class PynvmlApi:
     def retired_pages_pending(self, handle: Any) -> bool:
         return bool(self._call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle))
 
-    def remapped_rows(self, handle: Any) -> tuple[bool, bool]:
-        _corr, _unc, pending, failure = self._call(pynvml.nvmlDeviceGetRemappedRows, handle)
-        return bool(pending), bool(failure)
+    def remapped_rows(self, handle: Any) -> tuple[int, int, bool, bool]:
+        corr, unc, pending, failure = self._call(pynvml.nvmlDeviceGetRemappedRows, handle)
+        return int(corr), int(unc), bool(pending), bool(failure)
+
+    def row_remapper_histogram(self, handle: Any) -> dict[str, int]:
+        values = self._call(pynvml.nvmlDeviceGetRowRemapperHistogram, handle)
+        return {bucket: int(getattr(values, bucket)) for bucket in smi.HISTOGRAM_BUCKETS}
+
+    def memory_error_counter(self, handle: Any, error_type: int, counter_type: int, location: int) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetMemoryErrorCounter, handle, error_type, counter_type, location))
+
+    def sram_threshold_exceeded(self, handle: Any) -> bool:
+        status = pynvml.c_nvmlEccSramErrorStatus_v1_t()
+        status.version = pynvml.nvmlEccSramErrorStatus_v1
+        self._call(pynvml.nvmlDeviceGetSramEccErrorStatus, handle, ctypes.byref(status))
+        return bool(status.bThresholdExceeded)
 
     def ecc_volatile_uncorrected(self, handle: Any) -> int:
         kind, counter = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
@@ -363,6 +379,17 @@ def _uuid_bytes(raw: str | None) -> bytes:
         return uuidlib.UUID(raw.strip()).bytes
     except ValueError:
         return bytes(16)
+
+
+# NVML memory locations of pre-Turing per-location ECC counters → nvidia-smi's tag for them.
+_LEGACY_LOCATION = {
+    pynvml.NVML_MEMORY_LOCATION_L1_CACHE: "l1_cache",
+    pynvml.NVML_MEMORY_LOCATION_L2_CACHE: "l2_cache",
+    pynvml.NVML_MEMORY_LOCATION_REGISTER_FILE: "register_file",
+    pynvml.NVML_MEMORY_LOCATION_TEXTURE_MEMORY: "texture_memory",
+    pynvml.NVML_MEMORY_LOCATION_TEXTURE_SHM: "texture_shm",
+    pynvml.NVML_MEMORY_LOCATION_CBU: "cbu",
+}
 
 
 @dataclass(frozen=True)
@@ -531,9 +558,48 @@ class FakeNvml:
     def retired_pages_pending(self, handle: Any) -> bool:
         return _bool(self._gpu(handle).retired_pending)
 
-    def remapped_rows(self, handle: Any) -> tuple[bool, bool]:
+    def remapped_rows(self, handle: Any) -> tuple[int, int, bool, bool]:
         gpu = self._gpu(handle)
-        return _bool(gpu.remap_pending), _bool(gpu.remap_failure)
+        return (
+            _int(gpu.remap_correctable),
+            _int(gpu.remap_uncorrectable),
+            _bool(gpu.remap_pending),
+            _bool(gpu.remap_failure),
+        )
+
+    def row_remapper_histogram(self, handle: Any) -> dict[str, int]:
+        gpu = self._gpu(handle)
+        if gpu.remap_histogram is None:
+            _raise_for(gpu.remap_pending)  # a scalar block says why (N/A, GPU is lost)
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return {bucket: _int(gpu.remap_histogram.get(bucket)) for bucket in smi.HISTOGRAM_BUCKETS}
+
+    def memory_error_counter(self, handle: Any, error_type: int, counter_type: int, location: int) -> int:
+        raw = self._gpu(handle).ecc_counters
+        if raw is None:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        section = "volatile" if counter_type == pynvml.NVML_VOLATILE_ECC else "aggregate"
+        kind = "correctable" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrectable"
+        bit = "single_bit" if kind == "correctable" else "double_bit"
+        if location == pynvml.NVML_MEMORY_LOCATION_DRAM:
+            key = f"{section}.dram_{kind}"
+            return _int(raw[key] if key in raw else raw.get(f"{section}.{bit}.device_memory"))
+        if location == pynvml.NVML_MEMORY_LOCATION_SRAM:
+            if f"{section}.sram_{kind}" in raw:
+                return _int(raw[f"{section}.sram_{kind}"])
+            split = [raw[k] for k in (f"{section}.sram_{kind}_parity", f"{section}.sram_{kind}_secded") if k in raw]
+            if not split:  # a pre-Turing card counts per location, not SRAM as a whole
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            values = [smi.integer(r) for r in split]
+            if all(v is None for v in values):
+                _raise_for(split[0])
+            return sum(v for v in values if v is not None)
+        name = _LEGACY_LOCATION.get(location)
+        return _int(raw.get(f"{section}.{bit}.{name}") if name else None)
+
+    def sram_threshold_exceeded(self, handle: Any) -> bool:
+        raw = self._gpu(handle).ecc_counters
+        return _bool(None if raw is None else raw.get("aggregate.sram_threshold_exceeded"))
 
     def ecc_volatile_uncorrected(self, handle: Any) -> int:
         if isinstance(handle, _Mig):
@@ -678,7 +744,9 @@ def _read_card(api: NvmlApi, index: int, problems: list[str]) -> tuple[G.CardFac
     card.retired_pending = read(api.retired_pages_pending, h, what="retired pages pending")
     remap = read(api.remapped_rows, h, what="remapped rows")
     if remap is not None:
-        card.remap_pending, card.remap_failure = remap
+        card.remap_correctable, card.remap_uncorrectable, card.remap_pending, card.remap_failure = remap
+    card.remap_histogram = read(api.row_remapper_histogram, h) or None
+    card.ecc = _read_ecc(api, h, read)
     card.ecc_volatile_uncorrectable = read(api.ecc_volatile_uncorrected, h, what="ECC")
     card.temperature_c = read(api.temperature_c, h)
     power = read(api.power_mw, h)
@@ -687,6 +755,32 @@ def _read_card(api: NvmlApi, index: int, problems: list[str]) -> tuple[G.CardFac
     pids = read(api.process_pids, h)
     card.processes = None if pids is None else len(set(pids))
     return card, h
+
+
+_ECC_KINDS = (
+    ("correctable", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+    ("uncorrectable", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+)
+_ECC_COUNTER_TYPES = (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC))
+
+
+def _read_ecc(api: NvmlApi, h: Any, read: _Reader) -> G.EccCounts | None:
+    """ECC counters per memory (SRAM, DRAM); pre-Turing SRAM is the sum of the on-chip locations."""
+    ecc = G.EccCounts(sram_threshold_exceeded=read(api.sram_threshold_exceeded, h))
+    for section, counter_type in _ECC_COUNTER_TYPES:
+        counts = getattr(ecc, section)
+        for kind, error_type in _ECC_KINDS:
+            dram = read(api.memory_error_counter, h, error_type, counter_type, pynvml.NVML_MEMORY_LOCATION_DRAM)
+            if dram is not None:
+                counts[f"dram_{kind}"] = dram
+            sram = read(api.memory_error_counter, h, error_type, counter_type, pynvml.NVML_MEMORY_LOCATION_SRAM)
+            if sram is None:
+                legacy = [read(api.memory_error_counter, h, error_type, counter_type, loc) for loc in _LEGACY_LOCATION]
+                known = [v for v in legacy if v is not None]
+                sram = sum(known) if known else None
+            if sram is not None:
+                counts[f"sram_{kind}"] = sram
+    return ecc if ecc.known() else None
 
 
 def _read_migs(api: NvmlApi, h: Any, read: _Reader) -> list[G.MigFacts] | None:

@@ -93,6 +93,9 @@ def gpu_columns(entry: dict) -> dict[str, Any]:
         "nvlink_peers": entry.get("nvlink_peers"),
         "nics": entry.get("nics"),
         "health": entry.get("health") or [],
+        "ecc": entry.get("ecc"),
+        "remapped_rows": entry.get("remapped_rows"),
+        "retired_pages": entry.get("retired_pages"),
         "fabric_state": fabric.get("state") or "",
         "fabric_status": fabric.get("status") or "",
         "cluster_uuid": fabric.get("cluster_uuid") or "",
@@ -142,7 +145,20 @@ def _domain_key(domain_id: int | None, domains: dict[int, str]) -> str | None:
     return domains.get(domain_id) if domain_id else None
 
 
-def _sync_gpus(node: Node, entries: list[dict], result: IngestResult) -> None:
+# A card's memory counters; when they change, the old ones are kept to read a rise against.
+MEMORY_COLUMNS = ("ecc", "remapped_rows", "retired_pages")
+
+
+def _keep_previous_memory(gpu: GPU, diff: list[str], now: datetime) -> list[str]:
+    """Keep the counters a report is about to replace (not when they were unknown); the extra columns written."""
+    if not set(diff) & set(MEMORY_COLUMNS) or all(getattr(gpu, name) is None for name in MEMORY_COLUMNS):
+        return []
+    gpu.previous_memory = {name: getattr(gpu, name) for name in MEMORY_COLUMNS}
+    gpu.memory_changed_at = now
+    return ["previous_memory", "memory_changed_at"]
+
+
+def _sync_gpus(node: Node, entries: list[dict], result: IngestResult, now: datetime) -> None:
     existing = {g.index: g for g in GPU.objects.filter(node=node).select_related("domain")}
     cache = DomainCache()
     names = {g.domain_id: g.domain.key for g in existing.values() if g.domain_id}
@@ -167,6 +183,7 @@ def _sync_gpus(node: Node, entries: list[dict], result: IngestResult) -> None:
             continue
         if "domain_id" in diff:
             result.domain_moves.append((index, _domain_key(gpu.domain_id, names), domain.key if domain else None))
+        changed_fields.update(_keep_previous_memory(gpu, diff, now))
         for name in diff:
             setattr(gpu, name, columns[name])
         changed_fields.update(diff)
@@ -261,7 +278,7 @@ def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
     node.save(update_fields=[*result.node_fields, *liveness, "report_digest"])
     result.writes += 1
     if "gpus" in report:
-        _sync_gpus(node, report["gpus"], result)
+        _sync_gpus(node, report["gpus"], result, now)
     if "ib_ports" in report:
         _sync_ports(node, report["ib_ports"], now, result, declared_by_hca(report.get("fabrics")))
 

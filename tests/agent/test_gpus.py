@@ -289,11 +289,12 @@ def test_healthy_cards_report_an_empty_health_list():
 
 def test_retired_pages_from_a_page_retirement_query():
     gpus = text_entries("UPSTREAM-EDITED_nvidia-smi-q-d-PAGE_RETIREMENT_x8_retired-pages-nonzero.txt")
-    assert gpus[0]["health"] == ["65 retired pages (60 single-bit, 5 double-bit)"]
-    assert gpus[1]["health"] == [
-        "retired pages pending (reset the GPU)",
-        "63 retired pages (2 single-bit, 61 double-bit)",
+    assert gpus[0]["health"] == [
+        "65 retired pages (60 single-bit, 5 double-bit): NVIDIA's limit of 64 reached (the GPU needs service)"
     ]
+    # 63 pages retired and settled are the card's history (retired_pages), not a fault; the pending one is.
+    assert gpus[1]["health"] == ["retired pages pending (reset the GPU)"]
+    assert gpus[1]["retired_pages"] == {"single_bit": 2, "double_bit": 61, "pending": True}
     assert gpus[2]["health"] == []
     clean = text_entries("nvidia-smi-q-d-PAGE_RETIREMENT_x8-azure-vm_drv535.86.10_clean.txt")
     assert all(e["health"] == [] for e in clean)

@@ -13,6 +13,7 @@ from agent.simulator import fleet as F
 from catalog.models import CatalogModel
 from core.locks import exclusive
 from core.models import Finding
+from inventory import health_rules
 from inventory.models import Node
 from llmgw.celery import beat_schedule
 from observability import sweeps
@@ -130,6 +131,25 @@ def test_an_unhealthy_gpu_opens_a_finding_of_its_own(sims):
     report_again([sims["hgx-001"]], at(3))
     sweep(4)
     assert not opened("gpu_unhealthy")
+
+
+def test_rising_memory_counters_are_a_finding_a_settled_count_is_none(sims):
+    hgx = sims["hgx-001"]
+    assert hgx.gpus[2]["ecc"]["aggregate"]["dram_correctable"] == 0
+    hgx.gpus[2]["ecc"]["aggregate"]["dram_correctable"] = 3
+    hgx.version += 1
+    report_again([hgx], at(1))
+    sweep(2)
+    finding = opened("gpu_memory_rising")["hgx-001/gpu 2"]
+    assert "aggregate dram_correctable 0 → 3" in finding.message and finding.severity == "warning"
+    assert not opened("gpu_unhealthy")  # correctable errors are no fault: the card keeps its work
+    report_again([hgx], at(60))  # the same counts again: no new rise, the first is still news
+    sweep(61)
+    assert set(opened("gpu_memory_rising")) == {"hgx-001/gpu 2"}
+    sweep(1 + health_rules.RISING_WINDOW_S + 1)  # settled for a day: a fact, no longer a finding
+    assert not opened("gpu_memory_rising")
+    finding.refresh_from_db()
+    assert not finding.open
 
 
 def test_a_silent_node_warns_then_turns_critical_when_lost_and_clears_when_back(sims):
