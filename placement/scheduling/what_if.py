@@ -46,7 +46,7 @@ FABRIC = "fabric"
 LABEL = "label"
 
 # How the replacement's shards would talk to each other.
-ONE_NODE = "one node"
+ONE_NODE = "single_node"
 NVLINK = "nvlink"
 INFINIBAND = "infiniband"
 
