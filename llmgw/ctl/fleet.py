@@ -278,8 +278,26 @@ def scan(client: Client, console: Console, args) -> object:
     return None
 
 
-# How a replacement's shards would talk, as the table says it.
+# How a replacement's shards would talk, and what kind of part a target named, as the table says them.
 _OVER = {"single_node": "one node", "nvlink": "NVLink", "infiniband": "InfiniBand"}
+_KIND = {"node": "node", "nvlink_domain": "NVLink domain", "fabric": "fabric", "label": "label"}
+
+
+def _gpu_list(labels: list[str]) -> str:
+    """GPU labels as people write them: a run of whole cards as 0-7, anything else (MIG instances) listed."""
+    if len(labels) > 2 and all(x.isdigit() for x in labels):
+        numbers = [int(x) for x in labels]
+        if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return f"{numbers[0]}-{numbers[-1]}"
+    return ",".join(labels)
+
+
+def _destination(s: dict) -> str:
+    to = s.get("to")
+    if not to:
+        return s["why"]
+    where = ", ".join(f"{sh['node']}:{_gpu_list(sh['gpu_labels'])}" for sh in to["shards"])
+    return where if to["profile"] == s["profile"] else f"{where} (as {to['profile']})"
 
 
 def what_if(client: Client, console: Console, args) -> object:
@@ -288,7 +306,7 @@ def what_if(client: Client, console: Console, args) -> object:
     if args.json:
         return answer
     parts = ", ".join(
-        f"{t['target']} ({t['kind'].replace('_', ' ')}, {len(t['nodes'])} node{'s' * (len(t['nodes']) != 1)})"
+        f"{t['target']} ({_KIND.get(t['kind'], t['kind'])}, {len(t['nodes'])} node{'s' * (len(t['nodes']) != 1)})"
         for t in answer["lose"]
     )
     console.print(show.markup("[bold]what if[/] we lose {}", parts))
@@ -296,11 +314,10 @@ def what_if(client: Client, console: Console, args) -> object:
         t = show.table("REPLICA", "PROFILE", "ON", "WOULD GO TO", "OVER", title="replicas that would stop")
         for s in answer["stopped"]:
             to = s.get("to")
-            where = ", ".join(f"{sh['node']}:{','.join(sh['gpu_labels'])}" for sh in to["shards"]) if to else s["why"]
             over = _OVER.get(to["interconnect"], to["interconnect"]) if to else "-"
             if to and (to.get("nvlink_domain") or to.get("fabric")):
                 over = f"{over} {to.get('nvlink_domain') or to.get('fabric')}"
-            t.add_row(f"{s['model']}#{s['replica']}", s["profile"], ",".join(s["nodes"]), where, over)
+            t.add_row(f"{s['model']}#{s['replica']}", s["profile"], ",".join(s["nodes"]), _destination(s), over)
         console.print(t)
     for m in answer["short"]:
         today = " (short today already)" if m["short_today"] else ""

@@ -8,8 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from core.models import ApiToken, AuditEntry
-from inventory.models import Node
+from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
+from placement.writes.reconciler import reconcile
 from tests.api.fleet import add_model, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run
 
@@ -167,3 +168,16 @@ def test_what_if_json_and_an_unknown_target(ctl, fleet):
     assert code == 0 and json.loads(out)["lost_nodes"] == ["hgx-000", "hgx-001"]
     code, out, err = ctl("what-if", "lose", "rack-9")
     assert code == 1 and out == "" and "'rack-9' is not a node" in err
+
+
+def test_what_if_shows_a_rack_replica_falling_back_to_infiniband(ctl, db, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the table's rows on one line each
+    ingest_fleet("gb200-nvl72:1@north,h100-hgx:2@north")
+    gb200 = GPU.objects.filter(node__name__contains="tray").values_list("gpu_class", flat=True).first()
+    nvl = {"name": "nvl", "engine": "vllm", "gpu_class": gb200, "gpus": 4, "nodes": 2, "tp": 8}
+    ib = {"name": "ib", "engine": "vllm", "gpu_class": "h100-80g", "gpus": 8, "nodes": 2, "tp": 16}
+    add_model({"name": "big", "scaling": {"min": 1, "max": 1}, "profiles": [nvl, ib]})
+    reconcile()
+    code, out, _ = ctl("what-if", "lose", NVLinkDomain.objects.get().key)
+    assert code == 0 and "(NVLink domain, 18 nodes)" in out
+    assert "hgx-000:0-7, hgx-001:0-7 (as ib)" in out and "InfiniBand sm:" in out
