@@ -342,10 +342,8 @@ def _move_view(m: what_if_model.Move) -> dict[str, Any]:
             if value:
                 to[key] = value
         view["to"] = to
-    elif m.needed:
-        view["why"] = f"{r.model} has nowhere to put it: see short"
     else:
-        view["why"] = f"{r.model} would still have the replicas it wants without it"
+        view["why"] = m.why
     return view
 
 

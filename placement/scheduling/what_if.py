@@ -74,15 +74,28 @@ class Target:
 class Move:
     """A replica that would stop, and where the plan would put one in its place.
 
-    ``new`` is None when the plan places none: either the model would still
-    have what it wants without it (``needed`` False) or there is nowhere to
-    put it (``needed`` True, and the model is among the answer's short ones).
+    ``new`` is None when the plan places none: the model would still have
+    what it wants without it (``needed`` False), or there is nowhere to put it
+    (``needed`` True, and the model is among the answer's short ones), or the
+    model has left the catalog (``in_catalog`` False). ``why`` says which.
     """
 
     replica: ReplicaInfo
     lost_nodes: tuple[str, ...]
     new: NewReplica | None
     needed: bool
+    in_catalog: bool = True
+
+    @property
+    def why(self) -> str | None:
+        """Why no replica takes its place, in words; None when one does."""
+        if self.new is not None:
+            return None
+        if not self.in_catalog:
+            return f"{self.replica.model} is no longer in the catalog"
+        if self.needed:
+            return f"{self.replica.model} has nowhere to put it: see short"
+        return f"{self.replica.model} would still have the replicas it wants without it"
 
     @property
     def interconnect(self) -> str | None:
@@ -240,12 +253,15 @@ def what_if(snapshot: Snapshot, targets: tuple[Target, ...], moves_per_minute: i
     for c in after.create:
         creates.setdefault(c.model, []).append(c)
     short_models = set(after.unplaceable) | {r.model for r in stopped if r.model in after.parked}
+    catalog = {m.name for m in snapshot.models}
     moves = []
     for r in stopped:
+        # The plan's new replicas of a model are all alike: each stopped one takes the next.
         queue = creates.get(r.model, [])
         new = queue.pop(0) if queue else None
         lost_here = tuple(sorted({s.node for s in r.shards if s.node in lost}))
-        moves.append(Move(replica=r, lost_nodes=lost_here, new=new, needed=new is not None or r.model in short_models))
+        needed = new is not None or r.model in short_models
+        moves.append(Move(replica=r, lost_nodes=lost_here, new=new, needed=needed, in_catalog=r.model in catalog))
     return WhatIf(
         targets=targets,
         lost=tuple(sorted(lost)),

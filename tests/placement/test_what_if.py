@@ -119,6 +119,13 @@ def test_a_replica_the_model_can_do_without_is_not_replaced():
     assert move.new is None and not move.needed and answer.short == ()
 
 
+def test_a_replica_of_a_model_gone_from_the_catalog_is_not_replaced_and_says_why():
+    m = model("llama", profile(gpus=1))
+    snap = snapshot(_fleet(), [], [replica("r1", m, ("hgx-0", [0]))])
+    (move,) = W.what_if(snap, W.resolve(["hgx-0"], snap), moves_per_minute=10).moves
+    assert move.new is None and not move.in_catalog and move.why == "llama is no longer in the catalog"
+
+
 def test_the_moves_take_as_many_minutes_as_the_rate_needs():
     m = model("small", profile(gpus=1), min_replicas=24, max_replicas=24)
     on_box = [replica(f"r{i:02d}", m, (f"hgx-{i // 8}", [i % 8])) for i in range(24)]
@@ -146,14 +153,16 @@ def check(snap, targets, answer) -> None:
     assert {m.replica.id for m in answer.moves} == stopping
     short = {s.model for s in answer.short}
     for move in answer.moves:
+        assert (move.why is None) == (move.new is not None)
         if move.new is not None:
             assert not set(move.new.nodes) & lost, "placed on a lost node"
             assert move.new.model == move.replica.model
             assert move.new in answer.plan.create
-        else:
-            assert not move.needed or move.replica.model in short
-        if move.needed and move.new is None:
+        elif move.needed:
             assert move.replica.model in short
+        elif move.in_catalog:
+            # Not replaced and not needed: the scheduler has the model satisfied without it.
+            assert move.replica.model not in answer.plan.unplaceable
     for c in answer.plan.create:
         assert not set(c.nodes) & lost
     # The answer is the scheduler's own plan for the fleet without those nodes.
