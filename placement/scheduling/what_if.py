@@ -22,6 +22,7 @@ name) and hands them in.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,8 @@ NODE = "node"
 NVLINK_DOMAIN = "nvlink_domain"
 FABRIC = "fabric"
 LABEL = "label"
+
+_KIND_WORDS = {NVLINK_DOMAIN: "an NVLink domain", FABRIC: "a fabric"}
 
 # How the replacement's shards would talk to each other.
 ONE_NODE = "single_node"
@@ -177,11 +180,13 @@ def resolve(
     ``aliases`` maps other names of a domain or fabric (a domain's name for
     people, a fabric's id or declared name) to ``(kind, key)``.
     """
-    return tuple(_resolve_one(t, snapshot, aliases or {}) for t in texts)
+    names = frozenset(n.name for n in snapshot.nodes)
+    return tuple(_resolve_one(t, snapshot, names, aliases or {}) for t in texts)
 
 
-def _resolve_one(text: str, snapshot: Snapshot, aliases: Mapping[str, tuple[str, str]]) -> Target:
-    names = {n.name for n in snapshot.nodes}
+def _resolve_one(
+    text: str, snapshot: Snapshot, names: frozenset[str], aliases: Mapping[str, tuple[str, str]]
+) -> Target:
     if text in names:
         return Target(text=text, kind=NODE, key=text, nodes=(text,))
     kind, key = aliases.get(text, (None, text))
@@ -200,7 +205,7 @@ def _resolve_one(text: str, snapshot: Snapshot, aliases: Mapping[str, tuple[str,
             return Target(text=text, kind=LABEL, key=f"{label.strip()}={value.strip()}", nodes=members)
         raise UnknownTarget(text, f"no node has the label {label.strip()}={value.strip()!r}")
     if kind is not None:
-        raise UnknownTarget(text, f"{text!r} names a {kind.replace('_', ' ')} that holds no node now")
+        raise UnknownTarget(text, f"{text!r} names {_KIND_WORDS.get(kind, kind)} that holds no node now")
     raise UnknownTarget(
         text,
         f"{text!r} is not a node, an NVLink domain key, an InfiniBand fabric or LABEL=VALUE "
@@ -266,22 +271,28 @@ def what_if(snapshot: Snapshot, targets: tuple[Target, ...], moves_per_minute: i
         targets=targets,
         lost=tuple(sorted(lost)),
         moves=tuple(moves),
-        short=tuple(_short(reduced, after, today, name) for name in sorted(short_models)),
+        short=_shorts(reduced, after, today, short_models),
         moves_per_minute=max(1, moves_per_minute),
         plan=after,
     )
 
 
-def _short(reduced: Snapshot, after: Plan, today: Plan, name: str) -> Short:
-    model = next(m for m in reduced.models if m.name == name)
+def _shorts(reduced: Snapshot, after: Plan, today: Plan, names: set[str]) -> tuple[Short, ...]:
+    """Each model in ``names`` with what it wants, what it would have, and the scheduler's reasons."""
+    models = {m.name: m for m in reduced.models}
     stopping = {s.replica_id for s in after.stop}
-    left = sum(1 for r in reduced.replicas if r.model == name and r.state in COUNTING_STATES and r.id not in stopping)
-    placed = sum(1 for c in after.create if c.model == name)
-    return Short(
-        model=name,
-        wanted=desired(model),
-        after=left + placed,
-        short_today=name in today.unplaceable or name in today.parked,
-        parked=name in after.parked,
-        reasons=tuple(after.rejections.get(name, ())),
+    after_count: Counter[str] = Counter(c.model for c in after.create)
+    for r in reduced.replicas:
+        if r.state in COUNTING_STATES and r.id not in stopping:
+            after_count[r.model] += 1
+    return tuple(
+        Short(
+            model=name,
+            wanted=desired(models[name]),
+            after=after_count[name],
+            short_today=name in today.unplaceable or name in today.parked,
+            parked=name in after.parked,
+            reasons=tuple(after.rejections.get(name, ())),
+        )
+        for name in sorted(names)
     )

@@ -60,6 +60,13 @@ def test_an_unknown_target_is_refused_by_name(text, says):
     assert caught.value.target == text and says in caught.value.message
 
 
+def test_a_named_domain_whose_cards_all_left_is_said_so():
+    """A rack whose fabric manager restarted keeps its name, but no card has joined it: nothing to lose."""
+    snap = snapshot(_fleet(), [], [])
+    with pytest.raises(W.UnknownTarget, match="'rack-b' names an NVLink domain that holds no node now"):
+        W.resolve(["rack-b"], snap, {"rack-b": (W.NVLINK_DOMAIN, "other-cluster/1")})
+
+
 def test_targets_come_as_several_values_or_comma_separated():
     assert W.split_targets(["a,b", " c ", "", "a", "d,,"]) == ["a", "b", "c", "d"]
 
