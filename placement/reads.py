@@ -24,6 +24,7 @@ from catalog.models import CatalogModel
 from catalog.reads import model_rows, model_view
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
+from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
 from inventory.reads import nodes as inventory_nodes
 from inventory.reads.nodes import NodeUsage
@@ -279,9 +280,11 @@ def what_if(lose: list[str], now: datetime | None = None) -> dict[str, Any]:
         raise WhatIfRefused("say what to lose: ?lose=NODE, an NVLink domain, a fabric or LABEL=VALUE")
     if len(texts) > MAX_TARGETS:
         raise WhatIfRefused(f"{len(texts)} targets is more than the {MAX_TARGETS} one question may name")
-    loaded = snap.load(now or timezone.now())
+    # One fabric analysis for both the snapshot and the fabrics' other names: it is most of the read.
+    fabrics = analyze_inventory()
+    loaded = snap.load(now or timezone.now(), fabrics)
     try:
-        targets = what_if_model.resolve(texts, loaded.snapshot, _target_aliases())
+        targets = what_if_model.resolve(texts, loaded.snapshot, _target_aliases(fabrics))
     except what_if_model.UnknownTarget as exc:
         if Node.objects.filter(name=exc.target, lost=True).exists():
             raise WhatIfRefused(f"node {exc.target!r} is lost already: nothing of it is left to lose") from None
@@ -289,10 +292,10 @@ def what_if(lose: list[str], now: datetime | None = None) -> dict[str, Any]:
     return what_if_view(what_if_model.what_if(loaded.snapshot, targets, moves_per_minute()))
 
 
-def _target_aliases() -> dict[str, tuple[str, str]]:
+def _target_aliases(fabrics: FabricReport) -> dict[str, tuple[str, str]]:
     """Other names for domains and fabrics, each to (kind, key): a domain's name, a fabric's id or label."""
     out: dict[str, tuple[str, str]] = {}
-    for fabric in analyze_inventory().physical:
+    for fabric in fabrics.physical:
         for name in (fabric.id, fabric.label, *fabric.declared):
             if name and name != fabric.key:
                 out.setdefault(name, (what_if_model.FABRIC, fabric.key))
