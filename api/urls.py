@@ -17,6 +17,7 @@ urlpatterns = [
     path("capacity", catalog.CapacityListView.as_view(), name="api-capacity"),
     path("replicas", placement.ReplicaListView.as_view(), name="api-replicas"),
     path("explain-placement", placement.ExplainView.as_view(), name="api-explain"),
+    path("what-if", placement.WhatIfView.as_view(), name="api-what-if"),
     path("nvlink", fabrics.NVLinkView.as_view(), name="api-nvlink"),
     path("fabrics", fabrics.FabricListView.as_view(), name="api-fabrics"),
     path("fabrics/<str:fabric>/topology", fabrics.TopologyView.as_view(), name="api-fabric-topology"),

@@ -3,7 +3,7 @@
 Builds a fresh PostgreSQL database (``llmgw_bench_api``), stores a simulated
 fleet of NODES nodes through the real ingestion (``ingest_report``, one full
 report per node, as each agent's registration would), places a replica on
-every HGX node, then times N requests of each endpoint through Django and DRF
+every HGX node, then times N requests of each endpoint (the what-if too) through Django and DRF
 in-process — the server's own work, without the network or daphne — and
 prints p50/p99 and the queries per request.
 
@@ -28,7 +28,9 @@ PG = "postgresql://postgres@127.0.0.1:5432"
 DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_api")
 # The node listing twice: in full (every card and port, as the seeds list them) and as `ctl nodes` asks for it.
 LEAN_NODES = "/api/v1/nodes?fields=id,state,reachable,devices,replicas,nvlink_domain,load,last_seen_seconds"
-PATHS = ("/api/v1/summary", "/api/v1/nodes", LEAN_NODES, "/api/v1/replicas", "/api/v1/nvlink")
+# The what-if plans the whole fleet twice: one node, and a whole fabric.
+WHAT_IF = ("/api/v1/what-if?lose=hgx-000", "/api/v1/what-if?lose=south")
+PATHS = ("/api/v1/summary", "/api/v1/nodes", LEAN_NODES, "/api/v1/replicas", "/api/v1/nvlink", *WHAT_IF)
 
 
 def reset_database() -> None:

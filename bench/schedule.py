@@ -35,6 +35,7 @@ from placement.scheduler import (
     Snapshot,
     plan,
 )
+from placement.scheduling import what_if as W
 
 NOW = datetime(2026, 10, 5, 12, 0, tzinfo=UTC)
 ENGINES = frozenset({"vllm", "sglang", "llamacpp"})
@@ -234,6 +235,7 @@ def main() -> None:
     took2, second = timed(again, args.repeat)
     print(f"re-plan, no change:    {took2:6.3f} s  {len(second.create)} new replicas, {len(second.stop)} stops")
     print(f"  deterministic:       {plan(empty) == first}")
+    what_if_figures(again)
     for prefix in ("nvl-", "tray-", "small-", "ib-", "mig-"):
         name = next((m for m in first.unplaceable if m.startswith(prefix)), None)
         if name is None:
@@ -241,6 +243,22 @@ def main() -> None:
         print(f"  why {name} is short:")
         for r in first.rejections[name][:8]:
             print(f"    [{r.profile}] {r.node + ': ' if r.node else ''}{r.reason}")
+
+
+def what_if_figures(placed: Snapshot) -> None:
+    """The what-if on the placed fleet: one rack lost, one tray, one InfiniBand fabric (two plans each)."""
+    domains = sorted({g.domain for n in placed.nodes for g in n.gpus if g.domain})
+    fabrics = sorted({n.fabric for n in placed.nodes if n.fabric})
+    busiest = max(placed.replicas, key=lambda r: len(r.shards)).shards[0].node
+    for text in (domains[0], busiest, fabrics[0]):
+        start = time.perf_counter()
+        targets = W.resolve([text], placed)
+        answer = W.what_if(placed, targets, moves_per_minute=10)
+        took = time.perf_counter() - start
+        print(
+            f"what-if lose {targets[0].kind} ({len(answer.lost)} node{'s' * (len(answer.lost) != 1)}): {took:6.3f} s  "
+            f"{len(answer.moves)} stop, {answer.placed} placed in {answer.move_minutes} min, {len(answer.short)} short"
+        )
 
 
 if __name__ == "__main__":

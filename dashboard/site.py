@@ -28,6 +28,8 @@ def console_urls(site: AdminSite) -> list:
         path("nodes/<str:name>/state", v(nodes.set_state), name="console-node-state"),
         path("nvlink/", v(nvlink.page), name="console-nvlink"),
         path("nvlink/live", v(nvlink.racks_fragment), name="console-nvlink-live"),
+        path("nvlink/what-if/", v(nvlink.what_if_page), name="console-what-if"),
+        path("nvlink/what-if/live", v(nvlink.what_if_fragment), name="console-what-if-live"),
         path("nvlink/<int:pk>/", v(nvlink.domain_page), name="console-domain"),
         path("nvlink/<int:pk>/live", v(nvlink.rack_fragment), name="console-domain-live"),
         path("fabrics/", v(fabrics.page), name="console-fabrics"),

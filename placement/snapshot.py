@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from catalog.models import CatalogModel, Profile
 from inventory.fabric_inventory import analyze_inventory
+from inventory.fabrics import FabricReport
 from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Demand, Replica
 from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ReplicaInfo, ShardInfo, Snapshot
@@ -36,9 +37,13 @@ class Loaded:
     profile_ids: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def load(now: datetime) -> Loaded:
-    """Read the fleet, the catalog and the replicas as they are now."""
-    nodes, node_ids = _nodes()
+def load(now: datetime, fabrics: FabricReport | None = None) -> Loaded:
+    """Read the fleet, the catalog and the replicas as they are now.
+
+    ``fabrics`` is the fabric analysis when the caller has made it already (the
+    what-if reads fabric names from it too); it is made here otherwise.
+    """
+    nodes, node_ids = _nodes(fabrics)
     models, model_ids, profile_ids = _models(now)
     replicas = _replicas(set(node_ids))
     domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
@@ -49,7 +54,7 @@ def load(now: datetime) -> Loaded:
 # --- nodes ------------------------------------------------------------------------
 
 
-def _nodes() -> tuple[list[NodeInfo], dict[str, int]]:
+def _nodes(report: FabricReport | None) -> tuple[list[NodeInfo], dict[str, int]]:
     rows = list(Node.objects.filter(lost=False).order_by("name"))
     gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
     mig_cards: dict[int, set[int]] = defaultdict(set)
@@ -57,7 +62,7 @@ def _nodes() -> tuple[list[NodeInfo], dict[str, int]]:
         gpus_by_node[g.node_id].append(gpu_info(g))
         if g.parent_index is not None:
             mig_cards[g.node_id].add(g.parent_index)
-    fabrics = node_fabrics()
+    fabrics = node_fabrics(report)
     out = []
     for n in rows:
         out.append(node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name)))
@@ -101,7 +106,7 @@ def gpu_info(g: GPU) -> GpuInfo:
     )
 
 
-def node_fabrics() -> dict[str, str]:
+def node_fabrics(report: FabricReport | None = None) -> dict[str, str]:
     """Node name → the one physical fabric (SM, or RoCE network) all its live ports are on.
 
     A node missing here has no port, or ports on two fabrics, or one whose
@@ -109,7 +114,7 @@ def node_fabrics() -> dict[str, str]:
     InfiniBand, since its peers might be reached through the wrong fabric.
     The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory).
     """
-    report = analyze_inventory()
+    report = analyze_inventory() if report is None else report
     out = {}
     for name in report.node_fabrics:
         key = report.fabric_of(name)

@@ -52,3 +52,65 @@ class ExplainSerializer(s.Serializer):
     satisfied = s.BooleanField(required=False, help_text="It has as many replicas as it wants.")
     computed_at = s.DateTimeField(required=False, help_text="Absent: the reconciler has not looked at it yet.")
     note = s.CharField(required=False)
+
+
+class WhatIfTargetSerializer(s.Serializer):
+    target = s.CharField(help_text="As given.")
+    kind = s.ChoiceField(choices=["node", "nvlink_domain", "fabric", "label"], help_text="What it was read as.")
+    key = s.CharField(help_text="The node, domain key (ClusterUUID/CliqueId), fabric key, or LABEL=VALUE.")
+    nodes = s.ListField(child=s.CharField(), help_text="The nodes it holds now.")
+
+
+class WhatIfShardSerializer(s.Serializer):
+    node = s.CharField()
+    gpus = s.ListField(child=s.IntegerField())
+    gpu_labels = s.ListField(child=s.CharField())
+
+
+class WhatIfPlacementSerializer(s.Serializer):
+    profile = s.CharField()
+    nodes = s.ListField(child=s.CharField())
+    shards = WhatIfShardSerializer(many=True)
+    interconnect = s.ChoiceField(
+        choices=["single_node", "nvlink", "infiniband"],
+        help_text="How its shards would talk: one node, one multi-node NVLink domain, or one InfiniBand fabric.",
+    )
+    nvlink_domain = s.CharField(required=False)
+    fabric = s.CharField(required=False)
+    pool = s.CharField(required=False)
+
+
+class WhatIfStoppedSerializer(s.Serializer):
+    replica = s.CharField()
+    model = s.CharField()
+    profile = s.CharField()
+    state = s.CharField()
+    nodes = s.ListField(child=s.CharField(), help_text="Its shards' nodes, by rank.")
+    lost_nodes = s.ListField(child=s.CharField())
+    needed = s.BooleanField(help_text="The model would be short without a replacement.")
+    to = WhatIfPlacementSerializer(required=False, help_text="Where the scheduler would put one instead.")
+    why = s.CharField(required=False, help_text="Why none would be placed; absent when one would.")
+
+
+class WhatIfShortSerializer(s.Serializer):
+    model = s.CharField()
+    wanted = s.IntegerField()
+    after = s.IntegerField(help_text="Replicas it would have: those left and those placed.")
+    short_today = s.BooleanField(help_text="Short already, before anything is lost.")
+    parked = s.BooleanField()
+    reasons = RejectionSerializer(many=True, help_text="The scheduler's explanation, as explain-placement gives it.")
+
+
+class WhatIfMovesSerializer(s.Serializer):
+    count = s.IntegerField(help_text="Replacements the scheduler would place.")
+    per_minute = s.IntegerField(help_text="LLMGW_MOVES_PER_MINUTE.")
+    minutes = s.IntegerField(help_text="One-minute windows the moves need at that rate: ceil(count / per_minute).")
+
+
+class WhatIfSerializer(s.Serializer):
+    lose = WhatIfTargetSerializer(many=True)
+    lost_nodes = s.ListField(child=s.CharField())
+    stopped = WhatIfStoppedSerializer(many=True)
+    short = WhatIfShortSerializer(many=True)
+    moves = WhatIfMovesSerializer()
+    note = s.CharField()

@@ -1,4 +1,4 @@
-"""Replicas, and why a model is (not) placed."""
+"""Replicas, why a model is (not) placed, and what losing parts of the fleet would do."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from rest_framework.response import Response
 
 from api.base import ApiView, Refused
 from api.serializers.common import ERRORS, ErrorSerializer
-from api.serializers.placement import ExplainSerializer, ReplicaSerializer
+from api.serializers.placement import ExplainSerializer, ReplicaSerializer, WhatIfSerializer
 from catalog import writes as service
-from placement.reads import explain, replica_list
+from placement.reads import WhatIfRefused, explain, replica_list, what_if
 
 MODEL_PARAM = OpenApiParameter("model", OpenApiTypes.STR, description="A model's name or alias.")
 
@@ -46,3 +46,29 @@ class ExplainView(ApiView):
         if not name:
             raise Refused(400, "say which model: ?model=NAME")
         return Response(explain(known_model(name)))
+
+
+class WhatIfView(ApiView):
+    @extend_schema(
+        operation_id="what_if",
+        summary="What losing nodes, an NVLink domain, a fabric or a labelled group would do; changes nothing",
+        parameters=[
+            OpenApiParameter(
+                "lose",
+                OpenApiTypes.STR,
+                required=True,
+                many=True,
+                explode=True,
+                description=(
+                    "A node's name, an NVLink domain's key (ClusterUUID/CliqueId) or name, an InfiniBand "
+                    "fabric's key, id or declared name, or LABEL=VALUE; repeat it or separate with commas."
+                ),
+            )
+        ],
+        responses={200: WhatIfSerializer, **ERRORS},
+    )
+    def get(self, request):
+        try:
+            return Response(what_if(request.query_params.getlist("lose")))
+        except WhatIfRefused as exc:
+            raise Refused(400, str(exc)) from None

@@ -1,16 +1,18 @@
-"""NVLink domains drawn as racks, with what keeps each tray out; all of them, or one."""
+"""NVLink domains drawn as racks, with what keeps each tray out; and what losing a tray or a rack would do."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from dashboard.racks import RackRenderer
 from dashboard.views import common
 from inventory.models import NVLinkDomain
 from inventory.reads import nvlink_report
+from placement.reads import WhatIfRefused, what_if
 
 
 def racks(only_pk: int | None = None) -> list[dict[str, Any]]:
@@ -73,3 +75,55 @@ def domain_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 def rack_fragment(request: HttpRequest, pk: int) -> HttpResponse:
     return common.fragment(request, "dashboard/fragments/rack.html", {"entry": _one(pk)})
+
+
+# The answer is a whole scheduler run: asked again on a timer and when parts of the fleet come or go, not on
+# every heartbeat's message.
+WHAT_IF_REFRESH_S = 30
+
+
+def _what_if(request: HttpRequest) -> dict[str, Any]:
+    """The page's context: the API's answer for ``?lose=``, or the sentence refusing the question."""
+    lose = request.GET.getlist("lose")
+    try:
+        answer, refused = what_if(lose), None
+    except WhatIfRefused as exc:
+        answer, refused = None, str(exc)
+    for target in (answer or {}).get("lose", []):
+        target["kind_words"] = target["kind"].replace("_", " ").replace("nvlink", "NVLink")
+    return {
+        "answer": answer,
+        "refused": refused,
+        "lose": lose,
+        "query": request.GET.urlencode(),
+        "refresh_s": WHAT_IF_REFRESH_S,
+    }
+
+
+def what_if_page(request: HttpRequest) -> TemplateResponse:
+    """What losing the trays, racks or other parts in ``?lose=`` would do: the same answer as ``/api/v1/what-if``.
+
+    Nothing is changed; a question that names nothing is answered 400 with the same sentence as the API's.
+    """
+    context = _what_if(request)
+    lose = context["lose"]
+    response = common.page(
+        request,
+        "dashboard/what_if.html",
+        context,
+        title=f"What if we lose {', '.join(lose)}" if lose else "What if",
+        section="nvlink",
+        socket="/ws/console/fleet/",
+        crumbs=[("NVLink", reverse("admin:console-nvlink"))],
+    )
+    if context["refused"]:
+        response.status_code = 400
+    return response
+
+
+def what_if_fragment(request: HttpRequest) -> HttpResponse:
+    context = _what_if(request)
+    response = common.fragment(request, "dashboard/fragments/what_if.html", context)
+    if context["refused"]:
+        response.status_code = 400
+    return response

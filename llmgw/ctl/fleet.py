@@ -1,4 +1,4 @@
-"""ctl commands about the fleet: status, nodes, node, cordon/uncordon/drain, logs, nvlink, fabrics, topology."""
+"""ctl commands about the fleet: status, nodes, node, cordon/drain, logs, nvlink, fabrics, topology, what-if."""
 
 from __future__ import annotations
 
@@ -275,4 +275,63 @@ def scan(client: Client, console: Console, args) -> object:
     if args.json:
         return answer
     console.print(f"scan of {answer['fabric']} requested; its node runs it with its next full report")
+    return None
+
+
+# How a replacement's shards would talk, and what kind of part a target named, as the table says them.
+_OVER = {"single_node": "one node", "nvlink": "NVLink", "infiniband": "InfiniBand"}
+_KIND = {"node": "node", "nvlink_domain": "NVLink domain", "fabric": "fabric", "label": "label"}
+
+
+def _gpu_list(labels: list[str]) -> str:
+    """GPU labels as people write them: a run of whole cards as 0-7, anything else (MIG instances) listed."""
+    if len(labels) > 2 and all(x.isdigit() for x in labels):
+        numbers = [int(x) for x in labels]
+        if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return f"{numbers[0]}-{numbers[-1]}"
+    return ",".join(labels)
+
+
+def _destination(s: dict) -> str:
+    to = s.get("to")
+    if not to:
+        return s["why"]
+    where = ", ".join(f"{sh['node']}:{_gpu_list(sh['gpu_labels'])}" for sh in to["shards"])
+    return where if to["profile"] == s["profile"] else f"{where} (as {to['profile']})"
+
+
+def what_if(client: Client, console: Console, args) -> object:
+    """What losing the named parts would stop, where it would go, who would be short; the server changes nothing."""
+    answer = client.get("what-if", lose=list(args.targets))
+    if args.json:
+        return answer
+    parts = ", ".join(
+        f"{t['target']} ({_KIND.get(t['kind'], t['kind'])}, {len(t['nodes'])} node{'s' * (len(t['nodes']) != 1)})"
+        for t in answer["lose"]
+    )
+    console.print(show.markup("[bold]what if[/] we lose {}", parts))
+    if answer["stopped"]:
+        t = show.table("REPLICA", "PROFILE", "ON", "WOULD GO TO", "OVER", title="replicas that would stop")
+        for s in answer["stopped"]:
+            to = s.get("to")
+            over = _OVER.get(to["interconnect"], to["interconnect"]) if to else "-"
+            if to and (to.get("nvlink_domain") or to.get("fabric")):
+                over = f"{over} {to.get('nvlink_domain') or to.get('fabric')}"
+            t.add_row(f"{s['model']}#{s['replica']}", s["profile"], ",".join(s["nodes"]), _destination(s), over)
+        console.print(t)
+    for m in answer["short"]:
+        today = " (short today already)" if m["short_today"] else ""
+        console.print(show.markup("[red]short:[/] {}: {} of {} replicas{}", m["model"], m["after"], m["wanted"], today))
+        for r in m["reasons"]:
+            where = " ".join(x for x in (r.get("pool") and f"pool {r['pool']}", r.get("node")) if x)
+            many = f" ({r['nodes']} candidates)" if r.get("nodes", 1) > 1 else ""
+            console.print(f"  {r['profile']}{' ' + where if where else ''}: {r['reason']}{many}")
+    moves = answer["moves"]
+    if moves["count"]:
+        console.print(
+            show.markup(
+                "[bold]moves[/] {} at {} a minute: within {} min", moves["count"], moves["per_minute"], moves["minutes"]
+            )
+        )
+    console.print(answer["note"])
     return None

@@ -61,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
     cmd("fabrics", fleet.fabrics, "InfiniBand/RoCE fabrics and their problems")
     cmd("topology", fleet.topology, "one fabric: subnet managers, problems, adapters", arg("fabric"))
     cmd("scan", fleet.scan, "ask for a fresh topology scan of a fabric", arg("fabric"))
+    cmd(
+        "what-if",
+        fleet.what_if,
+        "what losing nodes, an NVLink domain, a fabric or LABEL=VALUE would stop and where it would go",
+        arg("action", choices=["lose"]),
+        arg("targets", nargs="+", metavar="NODE|DOMAIN|FABRIC|LABEL=VALUE"),
+    )
 
     cmd("models", catalog.models, "every model, its scaling and replicas")
     cmd("add-model", catalog.add_model, "add a model from a YAML definition", arg("file", metavar="FILE.yaml"))

@@ -17,6 +17,7 @@ READS = [
     "/api/v1/models",
     "/api/v1/replicas",
     "/api/v1/explain-placement?model=llama-8b",
+    "/api/v1/what-if?lose=hgx-000",
     "/api/v1/nvlink",
     "/api/v1/fabrics",
     "/api/v1/capacity",

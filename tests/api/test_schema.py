@@ -78,3 +78,15 @@ def test_a_listing_cut_by_fields_still_holds_the_schema(live):
     response = case.call(base_url=live.url, headers={"Authorization": f"Bearer {live.token}"}, timeout=30)
     assert response.status_code == 200 and all(list(n) == ["id"] for n in response.json())
     case.validate_response(response, checks=[response_schema_conformance])
+
+
+def test_a_what_if_answer_holds_the_schema(live):
+    """A node with a replica on it, and an unknown target: the answer and the refusal both hold."""
+    schema = schemathesis.openapi.from_dict(live.get("/api/v1/schema").json())
+    auth = {"Authorization": f"Bearer {live.token}"}
+    for lose, status in (("hgx-000", 200), ("hgx-000,nvl72-00-tray-00", 200), ("no-such-rack", 400)):
+        case = schema["/api/v1/what-if"]["GET"].Case(query={"lose": lose})
+        response = case.call(base_url=live.url, headers=auth, timeout=30)
+        assert response.status_code == status, response.text
+        case.validate_response(response, checks=[response_schema_conformance])
+    assert live.get("/api/v1/what-if?lose=hgx-000").json()["stopped"]

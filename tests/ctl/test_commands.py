@@ -8,8 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from core.models import ApiToken, AuditEntry
-from inventory.models import Node
+from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
+from placement.writes.reconciler import reconcile
 from tests.api.fleet import add_model, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run
 
@@ -145,3 +146,38 @@ def test_capacity(ctl, fleet, db):
     client.put("/api/v1/models/llama-8b/capacity", {"profile": "h100", "tokens_per_second": 900}, format="json")
     code, out, _ = ctl("capacity")
     assert code == 0 and "tokens_per_second 900" in out
+
+
+def test_what_if_says_what_would_stop_and_where_it_would_go(ctl, fleet):
+    code, out, err = ctl("what-if", "lose", "hgx-000")
+    assert code == 0, err
+    assert "what if we lose hgx-000 (node, 1 node)" in out
+    assert f"llama-8b#{fleet.id}" in out and "hgx-001:0" in out and "one node" in out
+    assert "moves 1 at 10 a minute: within 1 min" in out
+    assert "Losing 1 node would stop 1 replica" in out
+
+
+def test_what_if_names_the_short_models_and_the_schedulers_reasons(ctl, fleet):
+    code, out, _ = ctl("what-if", "lose", "hgx-000", "hgx-001")
+    assert code == 0
+    assert "short: llama-8b: 0 of 1 replicas" in out and "h100: " in out and "has nowhere to put it" in out
+
+
+def test_what_if_json_and_an_unknown_target(ctl, fleet):
+    code, out, _ = ctl("what-if", "lose", "hgx-000,hgx-001", "--json")
+    assert code == 0 and json.loads(out)["lost_nodes"] == ["hgx-000", "hgx-001"]
+    code, out, err = ctl("what-if", "lose", "rack-9")
+    assert code == 1 and out == "" and "'rack-9' is not a node" in err
+
+
+def test_what_if_shows_a_rack_replica_falling_back_to_infiniband(ctl, db, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the table's rows on one line each
+    ingest_fleet("gb200-nvl72:1@north,h100-hgx:2@north")
+    gb200 = GPU.objects.filter(node__name__contains="tray").values_list("gpu_class", flat=True).first()
+    nvl = {"name": "nvl", "engine": "vllm", "gpu_class": gb200, "gpus": 4, "nodes": 2, "tp": 8}
+    ib = {"name": "ib", "engine": "vllm", "gpu_class": "h100-80g", "gpus": 8, "nodes": 2, "tp": 16}
+    add_model({"name": "big", "scaling": {"min": 1, "max": 1}, "profiles": [nvl, ib]})
+    reconcile()
+    code, out, _ = ctl("what-if", "lose", NVLinkDomain.objects.get().key)
+    assert code == 0 and "(NVLink domain, 18 nodes)" in out
+    assert "hgx-000:0-7, hgx-001:0-7 (as ib)" in out and "InfiniBand sm:" in out

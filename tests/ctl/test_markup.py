@@ -41,6 +41,7 @@ COMMANDS = [
     ["models"],
     ["replicas"],
     ["explain", "llama-8b"],
+    ["what-if", "lose", "hgx-000"],
     ["capacity"],
     ["orphans"],
     ["collect"],

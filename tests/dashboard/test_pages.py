@@ -53,6 +53,8 @@ def pages(fleet) -> list[str]:
         "/admin/models/live",
         "/admin/models/llama-8b/",
         "/admin/models/llama-8b/live",
+        "/admin/nvlink/what-if/?lose=hgx-000",
+        "/admin/nvlink/what-if/live?lose=hgx-000",
     ]
 
 
