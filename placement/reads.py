@@ -198,6 +198,23 @@ def model_list(name: str | None = None) -> list[dict[str, Any]]:
 
 # --- autoscaling ------------------------------------------------------------------------
 
+
+def desired_and_running() -> list[tuple[str, int, int]]:
+    """Per model by name: replicas wanted (the autoscaler's count, else the minimum) and replicas ready; two queries.
+
+    What ``/metrics`` exports and ``model_list`` shows as ``desired_replicas`` and ``ready_replicas``.
+    """
+    ready = dict(
+        Replica.objects.filter(state=ReplicaState.READY)
+        .order_by()
+        .values("model_id")
+        .annotate(n=Count("id"))
+        .values_list("model_id", "n")
+    )
+    rows = CatalogModel.objects.order_by("name").values_list("pk", "name", "min_replicas", "autoscale__desired")
+    return [(name, low if wanted is None else wanted, ready.get(pk, 0)) for pk, name, low, wanted in rows]
+
+
 RECENT_SCALE_EVENTS = 10
 
 
