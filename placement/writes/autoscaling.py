@@ -28,7 +28,7 @@ from catalog.models import CapacityMeasurement, CatalogModel
 from core.config import ConfigError
 from core.models import AuditEntry
 from placement.models import Autoscale, Replica, ReplicaState, ScaleEvent
-from placement.scheduling.autoscale import HOLD, UP, Decision, History, Policy, capacity_from, decide
+from placement.scheduling.autoscale import HOLD, Decision, History, Policy, capacity_from, decide
 from placement.writes.load import FleetLoad, fleet
 
 ACTOR = "reconciler"
@@ -172,7 +172,8 @@ def _record(m, row, d: Decision, before: int, capacity, live: int, load: FleetLo
     Autoscale.objects.update_or_create(model=m, defaults=values)
     if d.desired == before:
         return
-    direction = d.direction if d.direction != HOLD else ("down" if d.desired < before else UP)
+    # A change that is neither step: the count taken to the replicas left, or into new bounds; it stops nothing.
+    direction = d.direction if d.direction != HOLD else "settle"
     ScaleEvent.objects.create(
         model=m, at=now, from_replicas=before, to_replicas=d.desired, direction=direction, reason=d.reason
     )

@@ -200,3 +200,28 @@ def test_a_model_at_zero_still_starts_on_demand_and_is_not_started_by_nothing(se
     demand.request_replica("m")
     reconcile(now=timezone.now())
     assert len(live("m")) == 1
+
+
+def test_replicas_stopped_for_idleness_are_not_started_again(settings):
+    """The idle timeout stops what nobody uses; the autoscaler settles on what is left instead of refilling it."""
+    settings.LLMGW_REDIS_URL = None
+    fleet("h100-hgx:3")
+    model("m", H100, min_replicas=1, max_replicas=3, idle_timeout="60s")
+    _measured(16)
+    now = timezone.now()
+    reconcile(now=now)
+    _publish_db("gw-a", 41, now)
+    reconcile(now=now)
+    now += timedelta(seconds=15)
+    _publish_db("gw-a", 41, now)
+    reconcile(now=now)
+    _ready_all()
+    assert len(live("m")) == 3
+    assert "(needs 4; capped at the maximum of 3)" in ScaleEvent.objects.get(direction="up").reason
+    # Nobody uses them for the idle timeout: the idle stop takes the model to its minimum in one round.
+    now = _walk(lambda n, at: _publish_db("gw-a", n, at), now + timedelta(seconds=100), 0, 60)
+    assert len(live("m")) == 1
+    settle = ScaleEvent.objects.get(direction="settle")
+    assert (settle.from_replicas, settle.to_replicas) == (3, 1)
+    assert "(3 were wanted; 1 remain and the load fits on them)" in settle.reason
+    assert AuditEntry.objects.filter(action="scale-settle", target="m").exists()
