@@ -18,9 +18,11 @@ import redis
 from django.utils import timezone
 
 from catalog.models import CapacityMeasurement
+from core.config import ConfigError
 from core.models import AuditEntry
 from placement.models import Autoscale, LoadReport, ScaleEvent
-from placement.writes import demand, load
+from placement.scheduling.autoscale import Policy
+from placement.writes import autoscaling, demand, load
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model, report_ready
 
@@ -225,3 +227,18 @@ def test_replicas_stopped_for_idleness_are_not_started_again(settings):
     assert (settle.from_replicas, settle.to_replicas) == (3, 1)
     assert "(3 were wanted; 1 remain and the load fits on them)" in settle.reason
     assert AuditEntry.objects.filter(action="scale-settle", target="m").exists()
+
+
+def test_the_knobs_come_from_the_environment_and_a_bad_one_is_named():
+    assert autoscaling.policy({}) == Policy()
+    knobs = autoscaling.policy({"LLMGW_AUTOSCALE_TARGET": "0.7", "LLMGW_AUTOSCALE_COOLDOWN_S": "120"})
+    assert (knobs.target_share, knobs.down_share, knobs.cooldown_s) == (0.7, pytest.approx(0.525), 120.0)
+    for env, name in (
+        ({"LLMGW_AUTOSCALE_TARGET": "lots"}, "LLMGW_AUTOSCALE_TARGET"),
+        ({"LLMGW_AUTOSCALE_TARGET": "0.5", "LLMGW_AUTOSCALE_DOWN": "0.5"}, "LLMGW_AUTOSCALE_DOWN"),
+        ({"LLMGW_AUTOSCALE_UP_WINDOW_S": "-1"}, "LLMGW_AUTOSCALE_UP_WINDOW_S"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            autoscaling.policy(env)
+        assert name in str(refused.value)
+    assert not autoscaling.enabled({"LLMGW_AUTOSCALE": "off"}) and autoscaling.enabled({})
