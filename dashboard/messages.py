@@ -78,6 +78,8 @@ class PlacementChanged(TypedDict):
     parked: int
     stale: int
     explained: int
+    scaled: int
+    """Models whose desired count the autoscaler changed."""
 
 
 def node_report(node: Node, result: IngestResult) -> Update:

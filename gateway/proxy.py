@@ -36,6 +36,7 @@ from django.utils import timezone
 from core import jsonbody
 from gateway import admission, conf, errors, router, rules, shapes, tokens, upstream
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
+from gateway.load import LoadMeter, Publisher
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
 from gateway.rules import Caller
@@ -138,6 +139,9 @@ class Gateway:
             write_batch=self._write_on_loop if self.pg is not None else None,
         )
         self.in_flight: Counter[str] = Counter()
+        # Per model, for the autoscaler (gateway.load; placement.writes.load sums every worker's).
+        self.load = LoadMeter()
+        self.load_publisher = Publisher(self.load, self.run_db, redis)
         self.background: set[asyncio.Task] = set()
         self._demanded: dict[str, float] = {}
 
@@ -179,6 +183,7 @@ class Gateway:
         # before it, the loop's task was cancelled with the event loop,
         # the write cut off mid-command and its records lost.
         await self.writer.close()
+        await self.load_publisher.close()
         await self.client.aclose()
         if self.pg is not None:
             await self.pg.close()
@@ -219,6 +224,7 @@ class Gateway:
 
     async def complete(self, endpoint: str, raw: bytes, secret: str, send) -> None:
         self.writer.start()
+        self.load_publisher.start()
         started = time.monotonic()
         body = _parse(raw, endpoint)
         name = body["model"]
@@ -340,7 +346,11 @@ class Gateway:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
         if entry.on_demand:
-            snapshot = await self._wait_for_replica(entry, ticket.started)
+            self.load.wait(entry.name)
+            try:
+                snapshot = await self._wait_for_replica(entry, ticket.started)
+            finally:
+                self.load.waited(entry.name)
             if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
                 return
         if failures:
@@ -365,12 +375,14 @@ class Gateway:
             tried.add(replica_id)
             replica = replicas[replica_id]
             self.in_flight[replica_id] += 1
+            self.load.enter(model.name)
             try:
                 response = await self._open(replica, ticket.endpoint, payload, failures)
                 if response is not None:
                     await self._relay(ticket, model, replica, response, payload, send)
                     return True
             finally:
+                self.load.leave(model.name)
                 self.in_flight[replica_id] -= 1
                 if self.in_flight[replica_id] <= 0:
                     del self.in_flight[replica_id]
@@ -512,6 +524,8 @@ class Gateway:
         else:
             prompt, completion = usage
         cost = min(budgets.cost_micros(prompt, completion, model.price if model else None), MAX_COST)
+        if model is not None:
+            self.load.finished(model.name, completion, None if ttfb is None else (ttfb - ticket.started) * 1000)
         self.writer.add(
             Finished(
                 at=ticket.at,

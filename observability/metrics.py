@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -53,6 +54,8 @@ from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
 from observability.fleet_summary import gpu_counts
 from placement.models import Replica
+from placement.reads import desired_and_running as _desired_and_running
+from placement.writes.load import fleet as fleet_load
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +129,7 @@ class FleetCollector(Collector):
         yield from self._nodes(nodes, gpus)
         yield from self._gpus()
         yield from self._catalog()
+        yield from self._autoscale()
         yield from self._findings()
         yield self._reconcile()
         yield from self._sources()
@@ -209,6 +213,54 @@ class FleetCollector(Collector):
             parked.add_metric([name], 1.0 if parked_at else 0.0)
         yield replicas
         yield parked
+
+    def _autoscale(self) -> Iterator[Metric]:
+        """Desired against running replicas per model, and the load the autoscaler reads (every worker summed)."""
+        desired = GaugeMetricFamily(
+            "llmgw_model_replicas_desired",
+            "Replicas each model wants now: the autoscaler's count when max > min, else the minimum.",
+            labels=["model"],
+        )
+        running = GaugeMetricFamily(
+            "llmgw_model_replicas_running", "Replicas of each model that are ready.", labels=["model"]
+        )
+        known = []
+        for name, count, ready in _desired_and_running():
+            known.append(name)
+            desired.add_metric([name], float(count))
+            running.add_metric([name], float(ready))
+        yield from (desired, running)
+        signals = {
+            "in_flight": GaugeMetricFamily(
+                "llmgw_model_requests_in_flight",
+                "Requests on each model's replicas, every gateway worker's.",
+                labels=["model"],
+            ),
+            "waiting": GaugeMetricFamily(
+                "llmgw_model_requests_waiting",
+                "Requests waiting for a replica of each model to be ready.",
+                labels=["model"],
+            ),
+            "tokens": GaugeMetricFamily(
+                "llmgw_model_tokens_per_second",
+                "Completion tokens per second over the last ten seconds.",
+                labels=["model"],
+            ),
+            "ttft": GaugeMetricFamily(
+                "llmgw_model_time_to_first_token_seconds",
+                "Mean time to the first token of requests ended in the last ten seconds.",
+                labels=["model"],
+            ),
+        }
+        seen = fleet_load(self.now(), getattr(settings, "LLMGW_REDIS_URL", None))
+        for name in known:
+            figures = seen.of(name)
+            signals["in_flight"].add_metric([name], float(figures.in_flight))
+            signals["waiting"].add_metric([name], float(figures.waiting))
+            signals["tokens"].add_metric([name], figures.tokens_per_s)
+            if figures.ttft_ms is not None:
+                signals["ttft"].add_metric([name], figures.ttft_ms / 1000)
+        yield from signals.values()
 
     def _findings(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(

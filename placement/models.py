@@ -187,3 +187,79 @@ class Demand(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name} wanted at {self.requested_at:%H:%M:%S}"
+
+
+class LoadReport(models.Model):
+    """One gateway worker's load on one model, kept here while Redis does not answer (placement.writes.load).
+
+    Each worker publishes its load every second to Redis, with a time to
+    live; when Redis is not configured or fails it writes these rows
+    instead, and the autoscaler sums both, taking each worker's newest.
+    A row older than ``placement.writes.load.LOAD_TTL_S`` is a worker that
+    stopped reporting and counts for nothing. By model name: the gateway
+    knows names, and a report must not fail because a model was removed.
+    """
+
+    owner = models.CharField(max_length=64, help_text="The gateway worker (host, pid, a random part).")
+    model_name = models.CharField(max_length=128)
+    in_flight = models.PositiveIntegerField(default=0)
+    waiting = models.PositiveIntegerField(default=0, help_text="Requests waiting for a replica to be ready.")
+    tokens_per_s = models.FloatField(default=0.0)
+    ttft_ms = models.FloatField(null=True, blank=True, help_text="NULL: no request ended in the last window.")
+    reported_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "model_name"], name="loadreport_owner_model")]
+
+    def __str__(self) -> str:
+        return f"{self.owner}: {self.model_name} {self.in_flight} in flight"
+
+
+class Autoscale(models.Model):
+    """The autoscaler's latest word on one model, and the history its next decision starts from.
+
+    Written by the reconciler for every model with ``max > min``; in the
+    database because several control hosts reconcile in turn. ``reason`` is
+    the decision in numbers; the load and the capacity it was taken from sit
+    beside it. Absent: the model is not autoscaled, or not looked at yet.
+    """
+
+    model = models.OneToOneField(CatalogModel, on_delete=models.CASCADE, related_name="autoscale")
+    desired = models.PositiveIntegerField()
+    direction = models.CharField(max_length=8, help_text="up, down or hold: what the last decision did.")
+    reason = models.TextField()
+    decided_at = models.DateTimeField()
+    changed_at = models.DateTimeField(null=True, blank=True, help_text="When the desired count last changed.")
+    above_since = models.DateTimeField(null=True, blank=True, help_text="Load above the count since (scale-up window).")
+    below_since = models.DateTimeField(null=True, blank=True, help_text="Load below the count since (cooldown).")
+    replicas = models.PositiveIntegerField(default=0, help_text="Replicas running when decided.")
+    in_flight = models.PositiveIntegerField(default=0)
+    waiting = models.PositiveIntegerField(default=0)
+    tokens_per_s = models.FloatField(default=0.0)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    workers = models.PositiveIntegerField(default=0, help_text="Gateway workers whose reports were summed.")
+    load_source = models.CharField(max_length=16, help_text="redis, database, or redis+database.")
+    capacity_profile = models.CharField(max_length=64, blank=True)
+    capacity_concurrency = models.PositiveIntegerField(default=0)
+    capacity_tokens_per_s = models.FloatField(null=True, blank=True)
+    capacity_measured = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.model.name}: {self.desired} ({self.direction})"
+
+
+class ScaleEvent(models.Model):
+    """One change of a model's desired count by the autoscaler, with its reason: the history shown beside it."""
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="scale_events")
+    at = models.DateTimeField(db_index=True)
+    from_replicas = models.PositiveIntegerField()
+    to_replicas = models.PositiveIntegerField()
+    direction = models.CharField(max_length=8)
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}: {self.from_replicas} → {self.to_replicas}"

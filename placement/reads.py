@@ -29,7 +29,7 @@ from inventory.models import Node, NVLinkDomain
 from inventory.reads import nodes as inventory_nodes
 from inventory.reads.nodes import NodeUsage
 from placement import snapshot as snap
-from placement.models import PlacementExplanation, Replica, ReplicaState, Shard
+from placement.models import Autoscale, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
 from placement.moves import moves_per_minute
 from placement.scheduling import what_if as what_if_model
 
@@ -159,6 +159,7 @@ def explain(model: CatalogModel) -> dict[str, Any]:
     if explanation is None:
         view["note"] = "The reconciler has not looked at this model yet; ask again in a few seconds."
         return view
+    _add_autoscale(view, model)
     view["computed_at"] = explanation.computed_at.isoformat()
     view["satisfied"] = explanation.placed
     view["rejections"] = [_rejection(r) for r in explanation.rejections or [] if isinstance(r, dict)]
@@ -189,7 +190,89 @@ def model_list(name: str | None = None) -> list[dict[str, Any]]:
         .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
     }
     unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
-    return [model_view(m, counts.get(m.pk, {}), m.pk in unplaced) for m in model_rows(name)]
+    scaling = {a.model_id: a for a in Autoscale.objects.all()}
+    out = []
+    for m in model_rows(name):
+        view = model_view(m, counts.get(m.pk, {}), m.pk in unplaced)
+        row = scaling.get(m.pk)
+        view["desired_replicas"] = row.desired if row is not None else m.min_replicas
+        if row is not None:
+            view["autoscale"] = autoscale_view(row)
+        out.append(view)
+    return out
+
+
+# --- autoscaling ------------------------------------------------------------------------
+
+
+def desired_and_running() -> list[tuple[str, int, int]]:
+    """Per model by name: replicas wanted (the autoscaler's count, else the minimum) and replicas ready; two queries.
+
+    What ``/metrics`` exports and ``model_list`` shows as ``desired_replicas`` and ``ready_replicas``.
+    """
+    ready = dict(
+        Replica.objects.filter(state=ReplicaState.READY)
+        .order_by()
+        .values("model_id")
+        .annotate(n=Count("id"))
+        .values_list("model_id", "n")
+    )
+    rows = CatalogModel.objects.order_by("name").values_list("pk", "name", "min_replicas", "autoscale__desired")
+    return [(name, low if wanted is None else wanted, ready.get(pk, 0)) for pk, name, low, wanted in rows]
+
+
+RECENT_SCALE_EVENTS = 10
+
+
+def autoscale_view(row: Autoscale, events: list[ScaleEvent] | None = None) -> dict[str, Any]:
+    """The autoscaler's latest word on a model: the count, why in numbers, and the load and capacity it read.
+
+    ``events`` given: its latest changes, newest first, under ``history``.
+    """
+    view: dict[str, Any] = {
+        "desired": row.desired,
+        "direction": row.direction,
+        "reason": row.reason,
+        "decided_at": row.decided_at.isoformat(),
+        "replicas": row.replicas,
+        "load": {
+            "in_flight": row.in_flight,
+            "waiting": row.waiting,
+            "tokens_per_second": row.tokens_per_s,
+            "workers": row.workers,
+            "source": row.load_source,
+        },
+        "capacity": {
+            "profile": row.capacity_profile,
+            "concurrency": row.capacity_concurrency,
+            "measured": row.capacity_measured,
+        },
+    }
+    if row.changed_at is not None:
+        view["changed_at"] = row.changed_at.isoformat()
+    if row.ttft_ms is not None:
+        view["load"]["time_to_first_token_ms"] = row.ttft_ms
+    if row.capacity_tokens_per_s is not None:
+        view["capacity"]["tokens_per_second"] = row.capacity_tokens_per_s
+    if events is not None:
+        view["history"] = [
+            {
+                "at": e.at.isoformat(),
+                "from": e.from_replicas,
+                "to": e.to_replicas,
+                "direction": e.direction,
+                "reason": e.reason,
+            }
+            for e in events
+        ]
+    return view
+
+
+def _add_autoscale(view: dict[str, Any], model: CatalogModel) -> None:
+    row = Autoscale.objects.filter(model=model).first()
+    if row is not None:
+        events = list(ScaleEvent.objects.filter(model=model).order_by("-at", "-id")[:RECENT_SCALE_EVENTS])
+        view["autoscale"] = autoscale_view(row, events)
 
 
 # --- nodes with what is placed on them ----------------------------------------------------
@@ -282,7 +365,7 @@ def what_if(lose: list[str], now: datetime | None = None) -> dict[str, Any]:
         raise WhatIfRefused(f"{len(texts)} targets is more than the {MAX_TARGETS} one question may name")
     # One fabric analysis for both the snapshot and the fabrics' other names: it is most of the read.
     fabrics = analyze_inventory()
-    loaded = snap.load(now or timezone.now(), fabrics)
+    loaded = snap.load(now or timezone.now(), fabrics=fabrics)
     try:
         targets = what_if_model.resolve(texts, loaded.snapshot, _target_aliases(fabrics))
     except what_if_model.UnknownTarget as exc:

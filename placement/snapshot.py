@@ -12,6 +12,7 @@ keeps their replicas (and the GPUs those hold) while nothing new lands there.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -37,14 +38,18 @@ class Loaded:
     profile_ids: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def load(now: datetime, fabrics: FabricReport | None = None) -> Loaded:
+def load(
+    now: datetime, scale: Mapping[str, tuple[int, str]] | None = None, fabrics: FabricReport | None = None
+) -> Loaded:
     """Read the fleet, the catalog and the replicas as they are now.
 
+    ``scale`` is the autoscaler's count and reason per model
+    (``placement.writes.autoscaling``); a model missing from it is not autoscaled.
     ``fabrics`` is the fabric analysis when the caller has made it already (the
     what-if reads fabric names from it too); it is made here otherwise.
     """
     nodes, node_ids = _nodes(fabrics)
-    models, model_ids, profile_ids = _models(now)
+    models, model_ids, profile_ids = _models(now, scale or {})
     replicas = _replicas(set(node_ids))
     domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
     snapshot = Snapshot(nodes=tuple(nodes), models=tuple(models), replicas=tuple(replicas), now=now)
@@ -126,7 +131,9 @@ def node_fabrics(report: FabricReport | None = None) -> dict[str, str]:
 # --- catalog ----------------------------------------------------------------------
 
 
-def _models(now: datetime) -> tuple[list[ModelInfo], dict[str, int], dict[tuple[str, str], int]]:
+def _models(
+    now: datetime, scale: Mapping[str, tuple[int, str]]
+) -> tuple[list[ModelInfo], dict[str, int], dict[tuple[str, str], int]]:
     rows = list(CatalogModel.objects.prefetch_related("profiles").order_by("name"))
     waiting = set(Demand.objects.filter(requested_at__gte=now - DEMAND_TTL).values_list("model__name", flat=True))
     models, model_ids, profile_ids = [], {}, {}
@@ -135,12 +142,16 @@ def _models(now: datetime) -> tuple[list[ModelInfo], dict[str, int], dict[tuple[
         for p in profiles:
             profile_ids[(m.name, p.name)] = p.pk
         model_ids[m.name] = m.pk
-        models.append(model_info(m, profiles, wanted=1 if m.name in waiting else None))
+        models.append(model_info(m, profiles, wanted=1 if m.name in waiting else None, scale=scale.get(m.name)))
     return models, model_ids, profile_ids
 
 
-def model_info(m: CatalogModel, profiles: list[Profile], wanted: int | None = None) -> ModelInfo:
+def model_info(
+    m: CatalogModel, profiles: list[Profile], wanted: int | None = None, scale: tuple[int, str] | None = None
+) -> ModelInfo:
     """``wanted`` is 1 when a request is waiting for a model that has no replica; None otherwise.
+
+    ``scale`` is the autoscaler's count and its reason; None when the model is not autoscaled.
 
     Each profile reaches the scheduler as the catalog's own spec (``Profile.spec()``), stored fingerprint and all.
     """
@@ -152,6 +163,8 @@ def model_info(m: CatalogModel, profiles: list[Profile], wanted: int | None = No
         wanted=wanted,
         idle_timeout_s=m.idle_timeout.total_seconds() if m.idle_timeout is not None else None,
         parked_error=(m.parked_error or "no error was recorded") if m.parked_at else None,
+        scale_to=scale[0] if scale is not None else None,
+        scale_reason=scale[1] if scale is not None else "",
     )
 
 

@@ -1,5 +1,7 @@
 from rest_framework import serializers as s
 
+from api.serializers.placement import AutoscaleSerializer
+
 
 class ProfileSerializer(s.Serializer):
     name = s.CharField()
@@ -34,6 +36,10 @@ class ModelSerializer(s.Serializer):
     parked_at = s.DateTimeField(required=False)
     parked_error = s.CharField(required=False, allow_blank=True)
     failures = s.IntegerField(required=False)
+    desired_replicas = s.IntegerField(help_text="Replicas wanted now: the autoscaler's count, else the minimum.")
+    autoscale = AutoscaleSerializer(
+        required=False, help_text="The autoscaler's latest decision; absent when max = min or not yet decided."
+    )
 
 
 class ScaleRequestSerializer(s.Serializer):

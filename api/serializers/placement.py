@@ -45,6 +45,46 @@ class RejectionSerializer(s.Serializer):
     nodes = s.IntegerField(required=False, help_text="How many candidates this line stands for.")
 
 
+class AutoscaleLoadSerializer(s.Serializer):
+    in_flight = s.IntegerField(help_text="Requests on the model's replicas, summed over every gateway worker.")
+    waiting = s.IntegerField(help_text="Requests waiting for a replica to be ready.")
+    tokens_per_second = s.FloatField(help_text="Completion tokens per second over the last ten seconds.")
+    time_to_first_token_ms = s.FloatField(required=False, help_text="Absent: no request ended in the window.")
+    workers = s.IntegerField(help_text="Gateway workers whose reports were summed.")
+    source = s.CharField(help_text="redis, database (Redis down or not configured), redis+database, or none.")
+
+
+class AutoscaleCapacitySerializer(s.Serializer):
+    profile = s.CharField(allow_blank=True)
+    concurrency = s.IntegerField(help_text="Requests one replica serves at once.")
+    tokens_per_second = s.FloatField(required=False)
+    measured = s.BooleanField(help_text="False: a default (LLMGW_AUTOSCALE_DEFAULT_CONCURRENCY), none was measured.")
+
+
+class ScaleEventSerializer(s.Serializer):
+    at = s.DateTimeField()
+    to = s.IntegerField()
+    direction = s.CharField()
+    reason = s.CharField()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = s.IntegerField()
+        return fields
+
+
+class AutoscaleSerializer(s.Serializer):
+    desired = s.IntegerField(help_text="Replicas the load wants, within [min, max].")
+    direction = s.CharField(help_text="up, down or hold: what the last decision did.")
+    reason = s.CharField(help_text="The decision in numbers.")
+    decided_at = s.DateTimeField()
+    changed_at = s.DateTimeField(required=False, help_text="When the count last changed; absent: never.")
+    replicas = s.IntegerField(help_text="Replicas running when it decided.")
+    load = AutoscaleLoadSerializer()
+    capacity = AutoscaleCapacitySerializer()
+    history = ScaleEventSerializer(many=True, required=False, help_text="The latest changes, newest first.")
+
+
 class ExplainSerializer(s.Serializer):
     model = s.CharField()
     placed = s.BooleanField(help_text="The model has replicas serving or on their way.")
@@ -52,6 +92,7 @@ class ExplainSerializer(s.Serializer):
     satisfied = s.BooleanField(required=False, help_text="It has as many replicas as it wants.")
     computed_at = s.DateTimeField(required=False, help_text="Absent: the reconciler has not looked at it yet.")
     note = s.CharField(required=False)
+    autoscale = AutoscaleSerializer(required=False, help_text="Absent: not autoscaled (max = min), or not yet decided.")
 
 
 class WhatIfTargetSerializer(s.Serializer):

@@ -16,7 +16,7 @@ def models(client: Client, console: Console, args) -> object:
     rows = client.get("models")
     if args.json:
         return rows
-    t = show.table("MODEL", "READY", "MIN-MAX", "IDLE TIMEOUT", "PROFILES", "ALIASES", "")
+    t = show.table("MODEL", "READY", "WANTED", "MIN-MAX", "IDLE TIMEOUT", "PROFILES", "ALIASES", "")
     for m in rows:
         flags = [
             w for w, on in (("parked", m["parked"]), ("unplaceable", m["unplaceable"]), ("file", m["read_only"])) if on
@@ -25,6 +25,7 @@ def models(client: Client, console: Console, args) -> object:
         t.add_row(
             m["name"],
             f"{m['ready_replicas']}/{m['total_replicas']}",
+            str(m.get("desired_replicas", m["min_replicas"])),
             f"{m['min_replicas']}-{m['max_replicas']}",
             idle,
             ", ".join(m["profiles"]),
@@ -32,6 +33,9 @@ def models(client: Client, console: Console, args) -> object:
             " ".join(flags),
         )
     console.print(t)
+    for m in rows:
+        if m.get("autoscale"):
+            console.print(show.markup("[bold]{}[/]: {}", m["name"], m["autoscale"]["reason"]))
     return None
 
 
@@ -105,9 +109,24 @@ def explain(client: Client, console: Console, args) -> object:
         where = " ".join(x for x in (r.get("pool") and f"pool {r['pool']}", r.get("node")) if x)
         many = f" ({r['nodes']} candidates)" if r.get("nodes", 1) > 1 else ""
         console.print(f"  {r['profile']}{' ' + where if where else ''}: {r['reason']}{many}")
+    if view.get("autoscale"):
+        _explain_autoscale(console, view["autoscale"])
     if view.get("note"):
         console.print(view["note"])
     return None
+
+
+def _explain_autoscale(console: Console, a: dict) -> None:
+    """The autoscaler's count and reason, the load it read and where from, and its latest changes."""
+    console.print(show.markup("autoscale: [bold]{}[/] wanted ({}): {}", a["desired"], a["direction"], a["reason"]))
+    load = a["load"]
+    ttft = f", first token {load['time_to_first_token_ms']:.0f} ms" if "time_to_first_token_ms" in load else ""
+    console.print(
+        f"  load from {load['source']} ({load['workers']} gateway workers): in flight {load['in_flight']}, "
+        f"waiting {load['waiting']}, {load['tokens_per_second']:.0f} tokens/s{ttft}"
+    )
+    for e in a.get("history", []):
+        console.print(f"  {e['at']}: {e['from']} → {e['to']} ({e['direction']}): {e['reason']}")
 
 
 def capacity(client: Client, console: Console, args) -> object:

@@ -50,10 +50,11 @@ class ModelRound:
 
 
 def desired(model: ModelInfo) -> int:
-    """At least the minimum, at most the maximum; demand (``wanted``) in between."""
+    """At least the minimum, at most the maximum; demand (``wanted``) or the autoscaler's count in between."""
     low = max(0, model.min_replicas)
     high = max(low, model.max_replicas)
-    wanted = low if model.wanted is None else model.wanted
+    asked = [n for n in (model.wanted, model.scale_to) if n is not None]
+    wanted = max(asked) if asked else low
     return max(low, min(high, wanted))
 
 
@@ -108,6 +109,7 @@ def assess(
     rnd.target = desired(model)
     singles = _stop_above_max(rnd, singles, draining_node, now)
     singles = _stop_idle(rnd, singles, now)
+    singles = _stop_above_scale(rnd, singles, now)
     for r in singles:
         node = draining_node(r)
         if node is None:
@@ -141,6 +143,24 @@ def _stop_above_max(
         rnd.stops.append(_stop(r, f"above the maximum of {limit} replicas"))
     rnd.count -= len(stopping)
     return [r for r in singles if r.id not in stopping]
+
+
+def _stop_above_scale(rnd: ModelRound, singles: list[ReplicaInfo], now: datetime) -> list[ReplicaInfo]:
+    """Stop one replica above the autoscaler's count: one not yet serving, else the least used (longest idle).
+
+    One per round whatever the gap (the autoscaler steps down one at a time),
+    and none in a round that stopped replicas for idleness already (that
+    sets the target to the count left).
+    """
+    if rnd.model.scale_to is None or rnd.count <= rnd.target:
+        return singles
+    order = sorted(singles, key=lambda r: (_STOP_ORDER.get(r.state, 0), -idle_seconds(r, now), r.id))
+    if not order:
+        return singles
+    chosen = order[0]
+    rnd.stops.append(_stop(chosen, f"scaling down to {rnd.target}: {rnd.model.scale_reason}"))
+    rnd.count -= 1
+    return [r for r in singles if r.id != chosen.id]
 
 
 def _stop_idle(rnd: ModelRound, singles: list[ReplicaInfo], now: datetime) -> list[ReplicaInfo]:

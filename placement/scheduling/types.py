@@ -114,7 +114,9 @@ class ModelInfo:
 
     ``wanted`` is demand beyond the minimum — the gateway asking for a min-0
     model on demand, or an autoscaler — clamped to [min, max]; None means no
-    demand beyond the minimum. ``idle_timeout_s`` None means never scale down
+    demand beyond the minimum. ``scale_to`` is the autoscaler's count from
+    load (None: not autoscaled), ``scale_reason`` its reason in numbers; above
+    it one replica is stopped per round. ``idle_timeout_s`` None means never scale down
     for idleness. ``parked_error`` set means the model's replicas failed at
     every start too many times in a row: nothing is placed for it until an
     operator acts, and this is the last error.
@@ -127,6 +129,8 @@ class ModelInfo:
     wanted: int | None = None
     idle_timeout_s: float | None = None
     parked_error: str | None = None
+    scale_to: int | None = None
+    scale_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,9 @@
 3. Models whose replicas failed at every start ``LLMGW_PARK_AFTER`` times in
    a row are parked with the last error, until an operator scales or
    unparks them.
-4. A snapshot of the fleet, the catalog and the replicas is loaded and the
+4. Models with ``max > min`` get their desired count from the fleet's load
+   (``placement.writes.autoscaling``: each decision recorded with its reason).
+   A snapshot of the fleet, the catalog and the replicas is loaded and the
    pure scheduler makes a plan from it.
 5. The plan is applied: replicas to stop become ``stopping`` (their agents
    stop them at the next heartbeat); new replicas are created ``pending``
@@ -43,6 +45,7 @@ from placement import signals
 from placement import snapshot as snap
 from placement.models import Demand, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.scheduler import NewReplica, Plan, plan
+from placement.writes import autoscaling
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -69,11 +72,14 @@ class Result:
     parked: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)
+    scaled: list[str] = field(default_factory=list)
+    """Models whose desired count the autoscaler changed."""
 
     @property
     def changed(self) -> bool:
         """Whether anything was written (stale replicas are only reported)."""
-        return any((self.created, self.replacing, self.stopped, self.lost, self.reaped, self.parked, self.explained))
+        written = (self.created, self.replacing, self.stopped, self.lost, self.reaped, self.parked, self.explained)
+        return any(written) or bool(self.scaled)
 
     def summary(self) -> dict:
         return {k: len(v) for k, v in asdict(self).items()}
@@ -87,7 +93,9 @@ def reconcile(now: datetime | None = None) -> Result:
         _stop_on_lost_nodes(now, result)
         _reap(result)
         _park(now, result)
-        loaded = snap.load(now)
+        scaling = autoscaling.autoscale(now)
+        result.scaled = scaling.changed
+        loaded = snap.load(now, scaling.desired)
         decided = plan(loaded.snapshot)
         _apply(decided, loaded, now, result)
         _forget_demand(now, result)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
+from catalog.models import CapacityMeasurement
 from core.models import ApiToken, AuditEntry
 from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
+from placement.writes import load
 from placement.writes.reconciler import reconcile
 from tests.api.fleet import add_model, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run
@@ -181,3 +185,27 @@ def test_what_if_shows_a_rack_replica_falling_back_to_infiniband(ctl, db, monkey
     code, out, _ = ctl("what-if", "lose", NVLinkDomain.objects.get().key)
     assert code == 0 and "(NVLink domain, 18 nodes)" in out
     assert "hgx-000:0-7, hgx-001:0-7 (as ib)" in out and "InfiniBand sm:" in out
+
+
+def test_models_and_explain_show_the_autoscalers_count_and_reason(ctl, fleet, settings):
+    """A load in the database (Redis not configured) scales llama up; ctl says how many and why, in numbers."""
+    settings.LLMGW_REDIS_URL = None
+    assert ctl("scale", "llama", "1", "3")[0] == 0
+    CapacityMeasurement.objects.create(model_name="llama-8b", profile_name="h100", measurement={"max_concurrency": 16})
+    now = timezone.now()
+    for at in (now, now + timedelta(seconds=15)):
+        load.store("gw-1", {"llama-8b": {"in_flight": 30, "waiting": 0, "tokens_per_s": 12.0, "ttft_ms": 80.0}}, at)
+        reconcile(now=at)
+    code, out, _ = ctl("models")
+    out = " ".join(out.split())  # the console wraps long lines
+    assert code == 0, out
+    assert "llama-8b: in flight 30, 12 tokens/s on 1 replica, capacity 16 each at 80 % → 3; up from 1" in out
+    code, out, _ = ctl("explain", "llama")
+    out = " ".join(out.split())
+    assert code == 0 and "autoscale: 3 wanted (up)" in out
+    assert "load from database (1 gateway workers): in flight 30, waiting 0, 12 tokens/s, first token 80 ms" in out
+    assert ": 1 → 3 (up): in flight 30" in out
+    listed = json.loads(ctl("models", "--json")[1])
+    (llama,) = [m for m in listed if m["name"] == "llama-8b"]
+    assert llama["desired_replicas"] == 3 and llama["autoscale"]["load"]["in_flight"] == 30
+    assert llama["min_replicas"] == 1 and llama["max_replicas"] == 3, "the existing fields are as they were"

@@ -8,10 +8,11 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
+from catalog.models import CatalogModel
 from core.models import AuditEntry, Finding, Severity
 from inventory.models import Node, NVLinkDomain
 from inventory.writes.scans import record_scan
-from placement.models import PlacementExplanation
+from placement.models import Autoscale, PlacementExplanation, ScaleEvent
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db
@@ -275,3 +276,32 @@ def test_the_models_page_shows_desired_and_ready_and_the_explanation(operator, f
     page = operator.get("/admin/models/llama-8b/").content.decode()
     assert "cordoned: takes nothing new" in page and 'href="/admin/nodes/hgx-001/"' in page
     assert 'on <a href="/admin/nodes/hgx-000/">hgx-000</a> gpu 0, 1' in page
+
+
+def test_the_model_page_shows_the_autoscalers_count_reason_and_history(operator, fleet):
+    model = CatalogModel.objects.get(name="llama-8b")
+    CatalogModel.objects.filter(pk=model.pk).update(max_replicas=4)
+    now = timezone.now()
+    PlacementExplanation.objects.create(model=model, placed=True)
+    reason = "in flight 41 on 2 replicas, capacity 16 each at 80 % → 4; up from 2 after 15 s above it"
+    Autoscale.objects.create(
+        model=model,
+        desired=4,
+        direction="up",
+        reason=reason,
+        decided_at=now,
+        in_flight=41,
+        workers=2,
+        load_source="redis",
+        capacity_profile="h100",
+        capacity_concurrency=16,
+        capacity_measured=True,
+    )
+    ScaleEvent.objects.create(model=model, at=now, from_replicas=2, to_replicas=4, direction="up", reason=reason)
+    page = operator.get("/admin/models/llama-8b/").content.decode()
+    assert 'data-autoscale="up"' in page and "<strong>4</strong> wanted (up)" in page
+    assert "in flight 41 on 2 replicas, capacity 16 each at 80 % → 4" in page
+    assert "load from redis (2 gateway workers): 41 in flight" in page and "2 → 4 (up)" in page
+    assert "ready of <strong>4</strong> desired" in page
+    fragment = operator.get("/admin/models/llama-8b/live").content.decode()
+    assert 'data-autoscale="up"' in fragment, "the live fragment the page re-fetches carries it too"

@@ -148,7 +148,8 @@ def test_the_scrape_costs_the_same_queries_for_any_fleet_size(django_assert_max_
     # Fourteen: the set-aside usage count (issue #18) is one query more, the same for any fleet; the devices by
     # class are counted in the database as the summary counts them, in a savepoint of their own with PostgreSQL's
     # JIT off (savepoint, SET LOCAL, the count, release: three more than the shard query they replace).
-    assert len(large) == len(small) <= 14
+    # Seventeen: the autoscaler's figures add three (desired with the catalog, ready replicas, the load rows).
+    assert len(large) == len(small) <= 17
 
 
 def test_label_values_are_bounded(sims):
