@@ -214,9 +214,15 @@ def main(argv: list[str]) -> int:
         if problem:
             return fail(f"configuration error: {problem}")
 
+    from django.core import checks
     from django.core.management import call_command
 
     from llmgw.bootstrap import first_start
+
+    # Settings read by periodic work (the autoscaler's, say) are checked now, not at their first use.
+    for message in checks.run_checks(tags=["llmgw-config"]):
+        if message.is_serious():
+            return fail(f"configuration error: {message.msg}")
 
     call_command("migrate", interactive=False, verbosity=0)
     boot = first_start(cfg.data_dir)

@@ -9,7 +9,7 @@ class PlacementConfig(AppConfig):
         """Listen to the apps below: they tell placement what changed through signals they declare."""
         from catalog.signals import model_changed
         from inventory.signals import heartbeat_answers_wanted, heartbeats_flushed, node_state_changed
-        from placement import assignments, signals
+        from placement import assignments, checks, signals  # noqa: F401 - checks registers itself
         from placement.writes import shard_status
 
         model_changed.connect(signals.on_model_changed, dispatch_uid="placement.on_model_changed")

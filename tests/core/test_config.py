@@ -138,3 +138,14 @@ def test_the_embedded_database_and_its_wal_are_private_from_creation(tmp_path, e
     assert probe.returncode == 0, probe.stderr
     modes = dict(item.split("=") for item in probe.stdout.split())
     assert modes == {"llmgw.sqlite3": "600", "llmgw.sqlite3-shm": "600", "llmgw.sqlite3-wal": "600"}
+
+
+def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path):
+    """A bad autoscaler knob is said once at start (and by llmgw check), not by every reconcile."""
+    result = run_llmgw(tmp_path, "serve", LLMGW_AUTOSCALE_TARGET="lots")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "llmgw: configuration error: LLMGW_AUTOSCALE_TARGET: 'lots' is not a number"
+    ]
+    checked = run_llmgw(tmp_path, "check", LLMGW_AUTOSCALE_TARGET="lots")
+    assert checked.returncode != 0 and "LLMGW_AUTOSCALE_TARGET: 'lots' is not a number" in checked.stderr
