@@ -78,6 +78,7 @@ class PlacementChanged(TypedDict):
     parked: int
     stale: int
     explained: int
+    waiting: int  # replicas on lost nodes left for a later pass by the move rate
 
 
 def node_report(node: Node, result: IngestResult) -> Update:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from core.models import ApiToken, AuditEntry
+from inventory import reachability
 from inventory.models import Node
 from placement.models import Shard
 from tests.api.fleet import add_model, ingest_fleet, place
@@ -145,3 +148,18 @@ def test_capacity(ctl, fleet, db):
     client.put("/api/v1/models/llama-8b/capacity", {"profile": "h100", "tokens_per_second": 900}, format="json")
     code, out, _ = ctl("capacity")
     assert code == 0 and "tokens_per_second 900" in out
+
+
+def test_status_shows_a_partition_and_resume_moves_ends_it(ctl, db):
+    ingest_fleet("h100-hgx:3")
+    now = timezone.now()
+    Node.objects.update(last_seen=now - timedelta(seconds=60))
+    reachability.sweep(now)
+    code, out, _ = ctl("status")
+    assert code == 0 and "partition: the fleet: 3 of 3 nodes silent since" in " ".join(out.split())
+    code, out, _ = ctl("resume-moves", "--actor", "ana")
+    assert code == 0 and "resumed moves in the fleet: its 3 silent nodes" in " ".join(out.split())
+    assert AuditEntry.objects.get(action="resume-moves").actor == "ana"
+    code, out, _ = ctl("resume-moves")
+    assert code == 0 and "no partition was open" in out
+    assert "partition:" not in ctl("status")[1]

@@ -99,6 +99,7 @@ def expected(node: Node) -> dict[str, dict]:
                 "parked": 0,
                 "stale": 0,
                 "explained": 1,
+                "waiting": 0,
             },
         },
     }

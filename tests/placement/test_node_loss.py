@@ -19,6 +19,7 @@ from inventory import reachability
 from inventory.models import FleetEvent, Node
 from inventory.reads import partitions
 from inventory.writes.heartbeats import desk
+from observability import sweeps
 from placement.models import NodeLossMove, Replica, Shard
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model
@@ -93,12 +94,17 @@ def test_forty_percent_silent_for_ninety_seconds_moves_nothing_and_is_one_partit
     assert all(n in finding.message for n in silent) and "4 of 4 nodes" in finding.message
     (event,) = partitions.active()
     assert event["nodes"] == silent and event["since"] <= clock.at(5)
+    # The doctor's sweep keeps it open, as the same row, rather than resolving what it did not open.
+    sweeps.sweep(clock.now)
+    assert list(Finding.objects.open().filter(kind="partition")) == [finding]
 
     # The rack answers again: the partition is over, its finding resolved, and still nothing moved.
     result, done = clock.step(100, names)
     assert result.partitions_over == ["rack=r1"]
     assert not Finding.objects.open().filter(kind="partition").exists()
     assert hosts() == before and not NodeLossMove.objects.exists()
+    sweeps.sweep(clock.now)
+    assert not Finding.objects.open().filter(kind="partition").exists(), "and the doctor does not reopen it"
 
 
 def test_the_same_silence_without_racks_as_groups_is_four_failures_moved_at_the_rate(monkeypatch):
