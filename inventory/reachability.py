@@ -36,6 +36,7 @@ GRACE_S = 20.0
 LOST_AFTER_S = 60.0
 DOMAIN_LOST_AFTER_S = 300.0
 ACTOR = "reachability"
+KEEP_SILENCES = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,9 @@ def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> No
     nor do those before the node was last cordoned for flapping, so an
     operator who uncordons it starts its count again.
     """
+    # Silences older than any window that counts them are history nobody reads.
+    keep = max(KEEP_SILENCES, timedelta(seconds=2 * rules.flap_window_s))
+    FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__lt=now - keep).delete()
     if rules.flaps_to_cordon <= 0:
         return
     since = now - timedelta(seconds=rules.flap_window_s)

@@ -8,10 +8,12 @@ get their heartbeat at each, and a node that comes back does so through the hear
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from core.models import AuditEntry, Finding
@@ -20,6 +22,7 @@ from inventory.models import FleetEvent, Node
 from inventory.reads import partitions
 from inventory.writes.heartbeats import desk
 from observability import sweeps
+from placement import tasks
 from placement.models import NodeLossMove, Replica, Shard
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model
@@ -193,3 +196,40 @@ def test_a_partition_of_the_whole_fleet_is_one_finding_not_one_per_rack():
     assert opened == ["the fleet"]
     assert Finding.objects.open().filter(kind="partition").count() == 1
     assert not FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_FLAPPING).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_control_hosts_reconciling_at_once_never_move_more_than_the_rate(monkeypatch):
+    """Two workers (threads with their own connections) run the reconcile task over and over at the same time."""
+    monkeypatch.setenv("LLMGW_MOVES_PER_MINUTE", "2")
+    fleet("h100-hgx:8")
+    model("m", H100, min_replicas=5, max_replicas=5)
+    reconcile()
+    on = hosts()
+    victims = sorted({n for n in on.values()})[:4]
+    now = timezone.now()
+    for i, name in enumerate(victims):
+        Node.objects.filter(name=name).update(
+            reachable=False, lost=True, unreachable_since=now - timedelta(seconds=100 - i)
+        )
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(15):
+                tasks.reconcile()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    moves = list(NodeLossMove.objects.order_by("lost_at"))
+    assert len(moves) == 2, "two in the minute, whichever host made them"
+    # The oldest losses first: the first two victims went silent earliest.
+    assert [m.nodes for m in moves] == [[victims[0]], [victims[1]]]
