@@ -6,6 +6,7 @@ from api.views import catalog, fabrics, fleet, nodes, placement, tenancy, weight
 
 urlpatterns = [
     path("summary", fleet.SummaryView.as_view(), name="api-summary"),
+    path("moves/resume", fleet.ResumeMovesView.as_view(), name="api-moves-resume"),
     path("nodes", nodes.NodeListView.as_view(), name="api-nodes"),
     path("nodes/<str:name>", nodes.NodeDetailView.as_view(), name="api-node"),
     path("nodes/<str:name>/state", nodes.NodeStateView.as_view(), name="api-node-state"),

@@ -80,6 +80,7 @@ class PlacementChanged(TypedDict):
     explained: int
     scaled: int
     """Models whose desired count the autoscaler changed."""
+    waiting: int  # replicas on lost nodes left for a later pass by the move rate
 
 
 def node_report(node: Node, result: IngestResult) -> Update:

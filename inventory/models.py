@@ -320,12 +320,21 @@ class FleetEvent(models.Model):
     A whole NVLink domain going silent together (a fabric manager restart, a
     rack switch) is one event, not eighteen node failures; while it is open its
     nodes get a longer grace before anything on them is considered lost.
+
+    ``partition``: more than a share of a group's nodes went silent together
+    (``inventory.failure_rules``); ``subject`` names the group, ``detail``
+    holds ``nodes`` and ``members``; while it is open none of those nodes is
+    marked lost. ``node_unreachable`` is written each time a node goes silent
+    (what flaps are counted from), ``node_flapping`` when one is cordoned for
+    flapping: only silences after it count again.
     """
 
     class Kind(models.TextChoices):
         DOMAIN_DARK = "domain_dark", "NVLink domain went silent"
         NODE_UNREACHABLE = "node_unreachable", "node unreachable"
         NODE_LOST = "node_lost", "node lost"
+        PARTITION = "partition", "group partitioned"
+        NODE_FLAPPING = "node_flapping", "node cordoned for flapping"
 
     kind = models.CharField(max_length=32, choices=Kind.choices, db_index=True)
     subject = models.CharField(max_length=200, help_text="The node or domain it happened to.")

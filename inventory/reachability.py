@@ -10,6 +10,14 @@ A whole NVLink domain falling silent together is almost never eighteen
 machines dying: it is a fabric manager restart or a rack switch. It is
 recorded as one event, and its nodes get ``domain_lost_after`` instead, so
 that a thirty-second outage of a rack moves no replica.
+
+Any other group going silent together — more than a share of the fleet, of
+an InfiniBand fabric, or of a labelled group such as a rack, within one
+window — is a *partition* (``inventory.failure_rules``): it is recorded once,
+with a finding, and none of its nodes is marked lost until it ends (most of
+them answer again) or an operator resumes moves. Each silence is recorded
+too; a node that went silent and came back too often in a window is
+cordoned, with the reason in the audit log.
 """
 
 from __future__ import annotations
@@ -17,13 +25,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
-from inventory.models import GPU, FleetEvent, Node
+from inventory import failure_rules
+from inventory.models import GPU, FleetEvent, Node, NodeState
+from inventory.writes import partitions
+from inventory.writes.states import set_node_state
 
 GRACE_S = 20.0
 LOST_AFTER_S = 60.0
 DOMAIN_LOST_AFTER_S = 300.0
+ACTOR = "reachability"
+KEEP_SILENCES = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class LossRules:
+    """What makes a partition and a flapper (``inventory.failure_rules``); read from the environment by the task."""
+
+    share: float = failure_rules.PARTITION_SHARE
+    window_s: float = failure_rules.PARTITION_WINDOW_S
+    min_nodes: int = failure_rules.PARTITION_MIN_NODES
+    labels: tuple[str, ...] = ("rack",)
+    flaps_to_cordon: int = failure_rules.FLAPS_TO_CORDON
+    flap_window_s: float = failure_rules.FLAP_WINDOW_S
 
 
 @dataclass
@@ -32,10 +57,21 @@ class SweepResult:
     lost: list[str] = field(default_factory=list)
     domains_dark: list[str] = field(default_factory=list)
     domains_back: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    partitions_over: list[str] = field(default_factory=list)
+    cordoned: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.unreachable or self.lost or self.domains_dark or self.domains_back)
+        return bool(
+            self.unreachable
+            or self.lost
+            or self.domains_dark
+            or self.domains_back
+            or self.partitions
+            or self.partitions_over
+            or self.cordoned
+        )
 
 
 def _domains_of(node_ids) -> dict[int, set[int]]:
@@ -63,8 +99,37 @@ def _mark_unreachable(now: datetime, grace_s: float, result: SweepResult) -> lis
     )
     if silent:
         Node.objects.filter(pk__in=[n.pk for n in silent]).update(reachable=False, unreachable_since=now)
+        # One row per silence: what flaps are counted from.
+        FleetEvent.objects.bulk_create(
+            [FleetEvent(kind=FleetEvent.Kind.NODE_UNREACHABLE, node=n, subject=n.name, started_at=now) for n in silent]
+        )
         result.unreachable = [n.name for n in silent]
     return silent
+
+
+def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> None:
+    """Groups of which more than the share went silent in one window, each recorded once."""
+    silent = {
+        name: seen or since
+        for name, seen, since in Node.objects.filter(reachable=False).values_list(
+            "name", "last_seen", "unreachable_since"
+        )
+        if (seen or since) is not None
+    }
+    settled = partitions.settled_nodes(silent, now)
+    held = partitions.held_nodes()
+    groups = {g: members - settled for g, members in partitions.groups(rules.labels, now).items()}
+    found = failure_rules.find_partitions(
+        groups,
+        {n: t for n, t in silent.items() if n not in settled},
+        already=held,
+        share=rules.share,
+        window_s=rules.window_s,
+        min_nodes=rules.min_nodes,
+    )
+    for p in found:
+        partitions.open_partition(p, now)
+        result.partitions.append(p.group)
 
 
 def _record_dark_domains(silent: list[Node], now: datetime, result: SweepResult) -> None:
@@ -110,7 +175,12 @@ def _close_domains_that_answer(now: datetime, result: SweepResult) -> None:
 
 
 def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, result: SweepResult) -> None:
-    candidates = list(Node.objects.filter(reachable=False, lost=False, unreachable_since__isnull=False))
+    held = partitions.held_nodes()
+    candidates = [
+        n
+        for n in Node.objects.filter(reachable=False, lost=False, unreachable_since__isnull=False)
+        if n.name not in held
+    ]
     if not candidates:
         return
     dark = set(
@@ -132,17 +202,69 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
         result.lost = [n.name for n in lost]
 
 
+def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> None:
+    """Ready nodes that went silent and came back ``flaps_to_cordon`` times in the window are cordoned.
+
+    Silences a partition explains are not the node's doing and do not count;
+    nor do those before the node was last cordoned for flapping, so an
+    operator who uncordons it starts its count again.
+    """
+    # Silences older than any window that counts them are history nobody reads.
+    keep = max(KEEP_SILENCES, timedelta(seconds=2 * rules.flap_window_s))
+    FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__lt=now - keep).delete()
+    if rules.flaps_to_cordon <= 0:
+        return
+    since = now - timedelta(seconds=rules.flap_window_s)
+    downs = FleetEvent.objects.filter(
+        kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__gte=since, node__state=NodeState.READY
+    ).exclude(detail__has_key="partition")
+    often = [
+        row["node_id"] for row in downs.values("node_id").annotate(n=Count("id")).filter(n__gte=rules.flaps_to_cordon)
+    ]
+    for node in Node.objects.filter(pk__in=often).order_by("name"):
+        last_cordon = (
+            FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_FLAPPING, node=node)
+            .order_by("-started_at")
+            .values_list("started_at", flat=True)
+            .first()
+        )
+        times = [
+            t
+            for t in downs.filter(node=node).values_list("started_at", flat=True)
+            if not last_cordon or t > last_cordon
+        ]
+        count = failure_rules.flaps(times, now, down_now=not node.reachable, window_s=rules.flap_window_s)
+        if not failure_rules.should_cordon(count, flaps_to_cordon=rules.flaps_to_cordon):
+            continue
+        reason = (
+            f"went silent and came back {count} times in {rules.flap_window_s / 60:.0f} min "
+            f"(LLMGW_FLAPS_TO_CORDON={rules.flaps_to_cordon}): cordoned so that nothing new lands on it; "
+            "uncordon it once it is fixed"
+        )
+        set_node_state(node.name, "cordon", actor=ACTOR, detail={"reason": reason, "flaps": count})
+        FleetEvent.objects.create(
+            kind=FleetEvent.Kind.NODE_FLAPPING, node=node, subject=node.name, started_at=now, detail={"reason": reason}
+        )
+        result.cordoned.append(node.name)
+
+
 def sweep(
     now: datetime,
     grace_s: float = GRACE_S,
     lost_after_s: float = LOST_AFTER_S,
     domain_lost_after_s: float = DOMAIN_LOST_AFTER_S,
+    rules: LossRules | None = None,
 ) -> SweepResult:
-    """One pass: mark the silent unreachable, record dark domains, mark the long-silent lost."""
+    """One pass: end partitions that answer, mark the silent unreachable, record dark domains and partitions,
+    mark the long-silent lost (but not a partition's), cordon flappers."""
+    rules = rules or LossRules()
     result = SweepResult()
     _close_domains_that_answer(now, result)
+    result.partitions_over = partitions.close_those_that_answer(now, rules.share)
     silent = _mark_unreachable(now, grace_s, result)
     if silent:
         _record_dark_domains(silent, now, result)
+        _record_partitions(now, rules, result)
     _mark_lost(now, lost_after_s, domain_lost_after_s, result)
+    _cordon_flappers(now, rules, result)
     return result

@@ -21,6 +21,7 @@ import httpx
 from django.utils import timezone
 
 from inventory.reads.gpu_counts import DeviceCounts, device_counts
+from inventory.reads.partitions import active as active_partitions
 from observability import fleet_sql
 from placement.reads import gpu_holders, model_list, node_list, replica_list
 
@@ -55,6 +56,8 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
             "idle_replicas": _idle(replicas),
         }
     out.update(_model_totals(model_list()))
+    # Open partitions: moves off their nodes are held until they answer or `ctl resume-moves`.
+    out["partitions"] = active_partitions()
     store = store_members()
     if store is not None:
         out.update(store)

@@ -14,7 +14,11 @@ What a sweep looks for (kind: subject):
   ECC, remapped rows, retired pages) rose at its last change, within a day of it
   (inventory.health_rules.rising); a settled counter is no finding;
 - ``node_silent``: a node — unreachable past the grace, or lost;
-- ``model_parked``: a model — parked after failing every start.
+- ``model_parked``: a model — parked after failing every start;
+- ``partition``: a group (the fleet, a fabric, ``rack=…``) — more than a share of
+  its nodes went silent together; opened by the reachability sweep
+  (``inventory.writes.partitions``) and kept here while its event is open, so
+  this sweep neither resolves it early nor keeps it past its end.
 
 How one sweep runs:
 
@@ -38,10 +42,11 @@ from django.db import transaction
 
 from catalog.models import CatalogModel
 from core.models import Finding, Severity
-from inventory import fabrics, health_rules, nvlink_rules
+from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, Node, NVLinkDomain
+from inventory.reads.partitions import active as active_partitions
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
 MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card
@@ -91,6 +96,7 @@ class Fleet:
     domain_names: dict[str, str] = field(default_factory=dict)  # key -> a name for people
     fabric_report: fabrics.FabricReport | None = None
     parked: list[tuple[str, datetime, str]] = field(default_factory=list)
+    partitions: list[dict] = field(default_factory=list)
 
 
 # --- loading (the only queries) -------------------------------------------------------------------------------------
@@ -140,6 +146,7 @@ def load(now: datetime) -> Fleet:
     fleet.parked = list(
         CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
     )
+    fleet.partitions = active_partitions()
     return fleet
 
 
@@ -327,6 +334,19 @@ def parked_models(fleet: Fleet) -> list[Found]:
     ]
 
 
+def partitioned_groups(fleet: Fleet) -> list[Found]:
+    """Each open partition, in the words the reachability sweep opened it with."""
+    return [
+        Found(
+            "partition",
+            p["group"],
+            failure_rules.partition_message(p["group"], p["nodes"], p["members"], p["since"]),
+            CRITICAL,
+        )
+        for p in fleet.partitions
+    ]
+
+
 def _unique(found: list[Found]) -> list[Found]:
     """One finding per (kind, subject): a node of two domains is one IMEX problem."""
     seen: dict[tuple[str, str], Found] = {}
@@ -346,6 +366,7 @@ def find(fleet: Fleet, now: datetime) -> list[Found]:
             *memory_rising(fleet, now),
             *silent_nodes(fleet),
             *parked_models(fleet),
+            *partitioned_groups(fleet),
         ]
     )
 

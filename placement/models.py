@@ -263,3 +263,24 @@ class ScaleEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name}: {self.from_replicas} → {self.to_replicas}"
+
+
+class NodeLossMove(models.Model):
+    """A replica moved off a lost node: what the move rate counts, kept in the database.
+
+    Several control hosts take turns at reconciling; the moves of the last
+    minute must be the same count on each, so they are rows, not memory.
+    ``replica_id`` is not a key: the replica is deleted once stopped, the row
+    stays until it is too old to count (the reconciler deletes those).
+    """
+
+    replica_id = models.CharField(max_length=32)
+    nodes = models.JSONField(default=list, help_text="The lost nodes it had shards on.")
+    lost_at = models.DateTimeField(help_text="When the earliest of those nodes went silent.")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id} moved at {self.at:%H:%M:%S}"

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import os
 
-MOVES_PER_MINUTE_DEFAULT = 10
+from placement.scheduling.failures import MOVES_PER_MINUTE
 
 
 def moves_per_minute() -> int:
-    """Replica moves started per minute fleet-wide (``LLMGW_MOVES_PER_MINUTE``, default 10; at least 1).
+    """Replicas moved off lost nodes in any minute, fleet-wide (``LLMGW_MOVES_PER_MINUTE``, 20; 0 stops them).
 
-    Ten a minute is of the order of Kubernetes' default node eviction rate
-    (0.1 nodes a second): a rack's worth of replicas moves in minutes, not
-    all in the same second onto whatever happens to be free then.
+    Each move fetches a model's weights again and cold-starts an engine: 20 a
+    minute moves a lost 18-tray rack's replicas in about a minute, and keeps a
+    mistaken mass loss from starting thousands of downloads at once. A value
+    that is not a whole number is read as the default.
     """
     try:
-        return max(1, int(os.environ.get("LLMGW_MOVES_PER_MINUTE", MOVES_PER_MINUTE_DEFAULT)))
+        return max(0, int(os.environ.get("LLMGW_MOVES_PER_MINUTE", MOVES_PER_MINUTE)))
     except ValueError:
-        return MOVES_PER_MINUTE_DEFAULT
+        return MOVES_PER_MINUTE

@@ -56,6 +56,17 @@ class StoreMemberSerializer(s.Serializer):
     lag = s.IntegerField(help_text="Bytes behind the leader; 0 for the leader, -1 unknown.")
 
 
+class PartitionSerializer(s.Serializer):
+    group = s.CharField(help_text='"the fleet", "fabric <name>" or "<label>=<value>" (a rack).')
+    nodes = s.ListField(child=s.CharField(), help_text="The nodes that went silent together.")
+    members = s.IntegerField(help_text="How many nodes the group had.")
+    since = s.DateTimeField(help_text="When the first of them went silent.")
+
+
+class ResumeMovesSerializer(s.Serializer):
+    resumed = PartitionSerializer(many=True, help_text="The partitions this ended; empty when none was open.")
+
+
 class SummarySerializer(s.Serializer):
     """The whole fleet in one answer."""
 
@@ -66,6 +77,9 @@ class SummarySerializer(s.Serializer):
     models = ModelTotalsSerializer()
     unplaceable = s.ListField(child=s.CharField(), help_text="Models short of replicas that cannot be placed.")
     parked = ParkedModelSerializer(many=True)
+    partitions = PartitionSerializer(
+        many=True, help_text="Groups partitioned now: nothing on their nodes is moved until they answer or resume."
+    )
     idle_replicas = IdleReplicaSerializer(many=True)
     store = StoreMemberSerializer(many=True, required=False, help_text="Absent: the store is not replicated.")
     store_error = s.CharField(required=False)

@@ -1,4 +1,5 @@
-"""ctl commands about the fleet: status, nodes, node, cordon/drain, logs, nvlink, fabrics, topology, what-if."""
+"""ctl commands about the fleet: status, nodes, node, cordon/uncordon/drain, resume-moves, logs, nvlink, fabrics,
+topology, what-if."""
 
 from __future__ import annotations
 
@@ -76,6 +77,37 @@ def status(client: Client, console: Console, args) -> object:
         )
     if s.get("store_error"):
         console.print(show.markup("[red]store:[/] {}", s["store_error"]))
+    for p in s.get("partitions", []):
+        console.print(
+            show.markup(
+                "[red]partition:[/] {}: {} of {} nodes silent since {} ({}); nothing on them moves until they "
+                "answer or `llmgw ctl resume-moves`",
+                p["group"],
+                len(p["nodes"]),
+                p["members"],
+                p["since"],
+                _first(p["nodes"]),
+            )
+        )
+    return None
+
+
+def _first(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def resume_moves(client: Client, console: Console, args) -> object:
+    answer = client.post("moves/resume")
+    if args.json:
+        return answer
+    if not answer["resumed"]:
+        console.print("no partition was open; moves run at the normal rate")
+    for p in answer["resumed"]:
+        console.print(
+            show.markup(
+                "resumed moves in {}: its {} silent nodes are moved at the normal rate", p["group"], len(p["nodes"])
+            )
+        )
     return None
 
 

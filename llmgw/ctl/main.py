@@ -50,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
     cmd("cordon", fleet.set_state("cordon"), "place nothing new on a node", arg("node"))
     cmd("uncordon", fleet.set_state("uncordon"), "let a node take work again", arg("node"))
     cmd("drain", fleet.set_state("drain"), "move a node's replicas off it (replacement first)", arg("node"))
+    cmd("resume-moves", fleet.resume_moves, "end every partition: replicas on its silent nodes move at the normal rate")
     cmd(
         "logs",
         fleet.logs,

@@ -14,6 +14,9 @@ from inventory.writes.heartbeats import desk
 pytestmark = pytest.mark.django_db
 
 T0 = timezone.now()
+# These racks are the whole fleet, which going silent together is a partition (tested in
+# tests/placement/test_node_loss.py); here the domain's own patience is tested, so partitions are off.
+ALONE = reachability.LossRules(share=1.0)
 
 
 def ingest_heartbeat(node: Node, beat: dict, at) -> bool:
@@ -64,12 +67,14 @@ def test_a_heartbeat_brings_a_node_back():
 
 def test_a_dark_domain_is_one_event_and_gets_a_longer_grace():
     domain = rack(trays=3)
-    result = reachability.sweep(seconds(25), grace_s=20, lost_after_s=60, domain_lost_after_s=300)
+    result = reachability.sweep(seconds(25), grace_s=20, lost_after_s=60, domain_lost_after_s=300, rules=ALONE)
     assert len(result.unreachable) == 3
     events = FleetEvent.objects.filter(kind=FleetEvent.Kind.DOMAIN_DARK)
     assert events.count() == 1 and events.get().domain == domain
     # A minute later, a lone node would be lost; the rack's trays are not.
-    assert reachability.sweep(seconds(120), grace_s=20, lost_after_s=60, domain_lost_after_s=300).lost == []
+    assert (
+        reachability.sweep(seconds(120), grace_s=20, lost_after_s=60, domain_lost_after_s=300, rules=ALONE).lost == []
+    )
     assert not Node.objects.filter(lost=True).exists()
     # The rack comes back: the event closes and nothing was ever lost.
     for node in Node.objects.all():
@@ -81,8 +86,11 @@ def test_a_dark_domain_is_one_event_and_gets_a_longer_grace():
 
 def test_a_dark_domain_that_stays_dark_is_lost_in_the_end():
     rack(trays=2)
-    reachability.sweep(seconds(25), grace_s=20, lost_after_s=60, domain_lost_after_s=300)
-    assert len(reachability.sweep(seconds(330), grace_s=20, lost_after_s=60, domain_lost_after_s=300).lost) == 2
+    reachability.sweep(seconds(25), grace_s=20, lost_after_s=60, domain_lost_after_s=300, rules=ALONE)
+    assert (
+        len(reachability.sweep(seconds(330), grace_s=20, lost_after_s=60, domain_lost_after_s=300, rules=ALONE).lost)
+        == 2
+    )
 
 
 def test_one_tray_of_a_rack_going_silent_is_not_a_dark_domain():

@@ -59,7 +59,7 @@ def test_losing_the_rack_says_where_its_replica_would_go(operator, fleet):
     (stopped,) = body["stopped"]
     assert stopped["replica"] == fleet["big"].id and stopped["model"] == "big"
     assert stopped["to"]["interconnect"] == "infiniband" and stopped["to"]["profile"] == "ib"
-    assert body["moves"] == {"count": 1, "per_minute": 10, "minutes": 1}
+    assert body["moves"] == {"count": 1, "per_minute": 20, "minutes": 1}
     assert "would stop 1 replica" in body["note"]
 
 

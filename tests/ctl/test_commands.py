@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from catalog.models import CapacityMeasurement
 from core.models import ApiToken, AuditEntry
+from inventory import reachability
 from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
 from placement.writes import load
@@ -157,7 +158,7 @@ def test_what_if_says_what_would_stop_and_where_it_would_go(ctl, fleet):
     assert code == 0, err
     assert "what if we lose hgx-000 (node, 1 node)" in out
     assert f"llama-8b#{fleet.id}" in out and "hgx-001:0" in out and "one node" in out
-    assert "moves 1 at 10 a minute: within 1 min" in out
+    assert "moves 1 at 20 a minute: within 1 min" in out
     assert "Losing 1 node would stop 1 replica" in out
 
 
@@ -209,3 +210,18 @@ def test_models_and_explain_show_the_autoscalers_count_and_reason(ctl, fleet, se
     (llama,) = [m for m in listed if m["name"] == "llama-8b"]
     assert llama["desired_replicas"] == 3 and llama["autoscale"]["load"]["in_flight"] == 30
     assert llama["min_replicas"] == 1 and llama["max_replicas"] == 3, "the existing fields are as they were"
+
+
+def test_status_shows_a_partition_and_resume_moves_ends_it(ctl, db):
+    ingest_fleet("h100-hgx:3")
+    now = timezone.now()
+    Node.objects.update(last_seen=now - timedelta(seconds=60))
+    reachability.sweep(now)
+    code, out, _ = ctl("status")
+    assert code == 0 and "partition: the fleet: 3 of 3 nodes silent since" in " ".join(out.split())
+    code, out, _ = ctl("resume-moves", "--actor", "ana")
+    assert code == 0 and "resumed moves in the fleet: its 3 silent nodes" in " ".join(out.split())
+    assert AuditEntry.objects.get(action="resume-moves").actor == "ana"
+    code, out, _ = ctl("resume-moves")
+    assert code == 0 and "no partition was open" in out
+    assert "partition:" not in ctl("status")[1]

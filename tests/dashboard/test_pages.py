@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -10,6 +11,7 @@ from django.utils import timezone
 from agent.simulator import fleet as F
 from catalog.models import CatalogModel
 from core.models import AuditEntry, Finding, Severity
+from inventory import reachability
 from inventory.models import Node, NVLinkDomain
 from inventory.writes.scans import record_scan
 from placement.models import Autoscale, PlacementExplanation, ScaleEvent
@@ -109,6 +111,15 @@ def test_the_fleet_page_counts_and_tiles(operator, fleet):
     assert 'data-node="hgx-001" data-condition="ready"' in page
     assert '<tr data-class="h100-80g">' in page
     assert "No open findings" in page
+
+
+def test_the_fleet_page_shows_an_open_partition(operator, fleet):
+    now = timezone.now()
+    Node.objects.filter(name__startswith="nvl72-").update(last_seen=now - timedelta(seconds=60))
+    assert reachability.sweep(now).partitions == ["the fleet"]
+    page = operator.get("/admin/fleet/").content.decode()
+    assert 'data-partition="the fleet"' in page and "18 of 22 nodes went silent together" in page
+    assert "llmgw ctl resume-moves" in page
 
 
 def test_the_fleet_page_lists_the_doctors_open_findings(operator, fleet):

@@ -100,6 +100,7 @@ def expected(node: Node) -> dict[str, dict]:
                 "stale": 0,
                 "explained": 1,
                 "scaled": 0,
+                "waiting": 0,
             },
         },
     }

@@ -55,7 +55,7 @@ def test_losing_the_rack_moves_its_replica_to_infiniband_and_writes_nothing(plac
     to = stopped["to"]
     assert to["profile"] == "ib" and to["interconnect"] == "infiniband" and to["fabric"]
     assert all(n.startswith("hgx-") for n in to["nodes"])
-    assert answer["short"] == [] and answer["moves"] == {"count": 1, "per_minute": 10, "minutes": 1}
+    assert answer["short"] == [] and answer["moves"] == {"count": 1, "per_minute": 20, "minutes": 1}
 
 
 def test_a_tray_lost_keeps_the_replica_inside_its_nvlink_domain(placed):

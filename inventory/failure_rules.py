@@ -1,0 +1,151 @@
+"""When many nodes falling silent is a partition, and when one node coming and going is a flapper.
+
+Pure: names and times in, decisions out; no Django, no I/O (the purity
+contract in pyproject.toml holds it to that). The reachability sweep
+(``inventory.reachability``) calls these and records what they decide.
+
+A *group* is a set of nodes that can be cut off together: the whole fleet,
+the nodes of one InfiniBand fabric, or the nodes sharing a label value (a
+rack). When more than ``share`` of a group's nodes that were reachable at the
+start of a window of ``window_s`` seconds went silent inside it, that is a
+partition of the group — the network between us and it, not that many
+machines dying — and nothing on those nodes is to be moved until it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+# Defaults, with their reasons in docs/operations.md ("Node loss").
+PARTITION_SHARE = 0.5
+PARTITION_WINDOW_S = 60.0
+PARTITION_MIN_NODES = 2
+FLAPS_TO_CORDON = 3
+FLAP_WINDOW_S = 1800.0
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A group found partitioned: its name, the nodes that went silent, and when the first of them did."""
+
+    group: str
+    nodes: tuple[str, ...]
+    members: int
+    started_at: datetime
+
+
+def silent_share(members: Iterable[str], silent_since: Mapping[str, datetime], start: datetime) -> tuple[int, int]:
+    """(went silent at or after ``start``, were reachable at ``start``) among ``members``.
+
+    A node in ``silent_since`` has been silent since that time; one not in it
+    is answering now. A node silent since before ``start`` was not reachable
+    then and counts in neither.
+    """
+    went = reachable = 0
+    for name in members:
+        since = silent_since.get(name)
+        if since is None:
+            reachable += 1
+        elif since >= start:
+            went += 1
+            reachable += 1
+    return went, reachable
+
+
+def partitioned(
+    members: Iterable[str],
+    silent_since: Mapping[str, datetime],
+    *,
+    share: float = PARTITION_SHARE,
+    window_s: float = PARTITION_WINDOW_S,
+    min_nodes: int = PARTITION_MIN_NODES,
+) -> tuple[str, ...] | None:
+    """The nodes of a group that went silent together, if more than ``share`` of it did within one window.
+
+    Every window that starts at a node's silence is tried (a window starting
+    anywhere else holds no more silences and at least as many reachable
+    nodes). None when no window passes the share, or when fewer than
+    ``min_nodes`` went silent: one machine of a two-machine rack dying is
+    a failure, not a partition.
+    """
+    members = set(members)
+    window = timedelta(seconds=window_s)
+    best: tuple[str, ...] | None = None
+    starts = sorted({silent_since[n] for n in members if n in silent_since})
+    for start in starts:
+        went_names = tuple(
+            sorted(n for n in members if n in silent_since and start <= silent_since[n] <= start + window)
+        )
+        _, reachable = silent_share(members, silent_since, start)
+        if len(went_names) < max(1, min_nodes) or reachable == 0:
+            continue
+        if len(went_names) / reachable > share and (best is None or len(went_names) > len(best)):
+            best = went_names
+    return best
+
+
+def find_partitions(
+    groups: Mapping[str, Iterable[str]],
+    silent_since: Mapping[str, datetime],
+    *,
+    already: Iterable[str] = (),
+    share: float = PARTITION_SHARE,
+    window_s: float = PARTITION_WINDOW_S,
+    min_nodes: int = PARTITION_MIN_NODES,
+) -> list[Partition]:
+    """Every group newly partitioned, in the order of ``groups`` (the widest first).
+
+    ``already`` names nodes in a partition found before: a group whose silent
+    nodes are all among those (or among an earlier group's here) is the same
+    event seen from another side, and is not found twice.
+    """
+    covered = set(already)
+    found = []
+    for group, members in groups.items():
+        members = set(members)
+        nodes = partitioned(members, silent_since, share=share, window_s=window_s, min_nodes=min_nodes)
+        if nodes is None or set(nodes) <= covered:
+            continue
+        covered |= set(nodes)
+        found.append(Partition(group, nodes, len(members), min(silent_since[n] for n in nodes)))
+    return found
+
+
+def partition_over(nodes: Iterable[str], still_silent: Iterable[str], *, share: float = PARTITION_SHARE) -> bool:
+    """A partition ends once no more than ``share`` of the nodes it named are still silent.
+
+    The rest are then failures like any other, moved at the normal rate.
+    """
+    nodes = set(nodes)
+    if not nodes:
+        return True
+    return len(nodes & set(still_silent)) <= share * len(nodes)
+
+
+def flaps(downs: Iterable[datetime], now: datetime, *, down_now: bool, window_s: float = FLAP_WINDOW_S) -> int:
+    """How many times a node went silent and came back within the window before ``now``.
+
+    ``downs`` are the times it went silent; each down but one still going
+    (``down_now``) was followed by a return.
+    """
+    since = now - timedelta(seconds=window_s)
+    count = sum(1 for t in downs if since <= t <= now)
+    return max(0, count - (1 if down_now and count else 0))
+
+
+def should_cordon(flap_count: int, *, flaps_to_cordon: int = FLAPS_TO_CORDON) -> bool:
+    """A node that flapped this many times is cordoned; 0 turns the rule off."""
+    return flaps_to_cordon > 0 and flap_count >= flaps_to_cordon
+
+
+def partition_message(group: str, nodes: Iterable[str], members: int, started_at: datetime) -> str:
+    """The finding's words, one place for the sweep that opens it and the doctor that keeps it."""
+    nodes = sorted(nodes)
+    shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
+    return (
+        f"{group}: {len(nodes)} of {members} nodes went silent together at {started_at:%Y-%m-%d %H:%M:%S %Z} "
+        f"({shown}). That is a partition, not failures: nothing on them is moved until they answer again "
+        "or an operator runs `llmgw ctl resume-moves`."
+    )
