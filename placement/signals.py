@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import transaction
 from django.dispatch import Signal
@@ -43,8 +44,11 @@ placement_changed = Signal()
 class _Coalescer:
     """Queues the reconcile task at most once per window, with one more at the window's end if asked meanwhile."""
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, send: Callable[[str], None] | None = None) -> None:
         self.window_s = window_s
+        # What queues the task; given, it lets a test watch this coalescer alone (a trailing timer
+        # left by another one, the process's own, must not count as this one's).
+        self.send = send or _send
         self.lock = threading.Lock()
         self.last = -window_s
         self.trailing: threading.Timer | None = None
@@ -62,13 +66,13 @@ class _Coalescer:
                     self.trailing.daemon = True
                     self.trailing.start()
         if now:
-            _send(why)
+            self.send(why)
 
     def _window_ended(self) -> None:
         with self.lock:
             self.trailing = None
             self.last = time.monotonic()
-        _send("changes made while the last reconcile was being queued")
+        self.send("changes made while the last reconcile was being queued")
 
 
 def _send(why: str) -> None:
