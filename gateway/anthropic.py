@@ -22,6 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import sse
+
 NATIVE_ENGINES = frozenset({"vllm", "llamacpp"})
 """Engines (catalog profile ``engine``) whose server answers ``/v1/messages`` itself."""
 ROLES = ("user", "assistant")
@@ -316,26 +318,6 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
 
 
-def _split(buffer: bytearray) -> list[bytes]:
-    """Take every complete event off the front of ``buffer`` (LF or CRLF framed)."""
-    events = []
-    while True:
-        lf, crlf = buffer.find(b"\n\n"), buffer.find(b"\r\n\r\n")
-        if crlf != -1 and (lf == -1 or crlf < lf):
-            end, after = crlf, crlf + 4
-        elif lf != -1:
-            end, after = lf, lf + 2
-        else:
-            return events
-        events.append(bytes(buffer[:end]))
-        del buffer[:after]
-
-
-def _data(raw: bytes) -> bytes | None:
-    lines = [line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None
-
-
 @dataclass
 class ChatStream:
     """Turns a chat completion's SSE stream into a Messages stream, chunk by chunk as it arrives.
@@ -364,8 +346,8 @@ class ChatStream:
     def feed(self, chunk: bytes) -> bytes:
         self._buffer += chunk
         out = bytearray()
-        for raw in _split(self._buffer):
-            data = _data(raw)
+        for raw in sse.split(self._buffer):
+            data = sse.data(raw)
             if data is None or self._finished:
                 continue
             if data == b"[DONE]":
@@ -497,7 +479,7 @@ class NativeStream:
     def feed(self, chunk: bytes) -> bytes:
         self._buffer += chunk
         out = bytearray()
-        for raw in _split(self._buffer):
+        for raw in sse.split(self._buffer):
             self._read(raw)
             out += raw + b"\n\n"
         return bytes(out)
@@ -511,7 +493,7 @@ class NativeStream:
         return self.tail() + event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
 
     def _read(self, raw: bytes) -> None:
-        data = _data(raw)
+        data = sse.data(raw)
         try:
             obj = json.loads(data) if data else None
         except ValueError:

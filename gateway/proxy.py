@@ -34,7 +34,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody
-from gateway import admission, anthropic, conf, errors, router, rules, shapes, tokens, upstream
+from gateway import admission, anthropic, conf, errors, responses, router, rules, shapes, tokens, upstream
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
@@ -45,7 +45,9 @@ from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
 
-ENDPOINTS = {"chat/completions", "completions", "embeddings", "messages"}
+ENDPOINTS = {"chat/completions", "completions", "embeddings", "messages", "responses"}
+# The protocols served as the chat request they ask for (translated where the engine does not speak them).
+AS_CHAT = {"messages": anthropic.to_chat, "responses": responses.to_chat}
 # How often one model may be asked for again while it is starting.
 DEMAND_EVERY_S = 1.0
 COLD_POLL_S = 0.5
@@ -111,9 +113,9 @@ class Ticket:
     """A hop's re-admission still under way when the client left: recorded once it has landed."""
     drop_usage_chunk: bool = False
     """llmgw asked the engine for usage on the client's behalf: the usage-only chunk is not passed on."""
-    messages: dict | None = None
-    """The client's body when it spoke Anthropic's Messages (``endpoint`` messages): sent as it is to an
-    engine that serves it, translated (gateway.anthropic) for one that does not."""
+    original: dict | None = None
+    """The client's body when it spoke a protocol served as chat (``AS_CHAT``: Anthropic's Messages,
+    OpenAI's Responses): sent as it is to an engine that serves it, translated for one that does not."""
     at: object = field(default_factory=timezone.now)
     done: bool = False
 
@@ -224,10 +226,10 @@ class Gateway:
         self.writer.start()
         started = time.monotonic()
         body = _parse(raw, endpoint)
-        messages = None
-        if endpoint == "messages":
+        original = None
+        if endpoint in AS_CHAT:
             # Admitted, bounded and routed as the chat request it asks for: the same path as chat.
-            messages, body = body, anthropic.to_chat(body)
+            original, body = body, AS_CHAT[endpoint](body)
         name = body["model"]
         snapshot = await self.directory.current()
         entry = snapshot.by_name.get(name)
@@ -268,7 +270,7 @@ class Gateway:
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
-        ticket.messages = messages
+        ticket.original = original
         try:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
@@ -364,7 +366,6 @@ class Gateway:
             return False
         await self._hold(ticket, model)
         payload = _upstream_body(body, model.name, ticket.stream, ticket.endpoint)
-        native = None if ticket.messages is None else json.dumps({**ticket.messages, "model": model.name}).encode()
         while True:
             replica_id = router.choose(
                 list(replicas), self.in_flight, prefix, load_factor=self.conf.load_factor, exclude=tried
@@ -376,10 +377,16 @@ class Gateway:
             self.in_flight[replica_id] += 1
             try:
                 path, data = _upstream_path(ticket, replica), payload
-                if path == "messages":
-                    data = native
+                if path != "chat/completions" and ticket.original is not None:
+                    # The client's own body for an engine that speaks its protocol, with the catalog's name.
+                    data = json.dumps({**ticket.original, "model": model.name}).encode()
                 response = await self._open(replica, path, data, failures)
-                if response is not None and path == "messages" and response.status == 404:
+                if (
+                    response is not None
+                    and ticket.original is not None
+                    and path == ticket.endpoint
+                    and response.status == 404
+                ):
                     # An engine older than its kind's own Messages (vLLM before 0.11): translated for instead.
                     await response.read()
                     path = "chat/completions"
@@ -411,7 +418,7 @@ class Gateway:
         self.writer.touch(replica.id, timezone.now())
         content_type = response.headers.get("content-type", "application/json")
         streaming = content_type.startswith("text/event-stream")
-        translate = ticket.messages is not None and path != "messages"
+        translate = ticket.original is not None and path != ticket.endpoint
         if translate and not streaming:
             content_type = "application/json"
         headers = [
@@ -419,8 +426,11 @@ class Gateway:
             (b"x-llmgw-replica", replica.id.encode()),
             (b"x-llmgw-model", model.name.encode()),
         ]
-        stops = list(ticket.messages.get("stop_sequences") or []) if ticket.messages is not None else []
-        if translate and streaming:
+        original = ticket.original or {}
+        stops = list(original.get("stop_sequences") or [])
+        if translate and streaming and ticket.endpoint == "responses":
+            meter = responses.ChatStream(model.name, original)
+        elif translate and streaming:
             meter = anthropic.ChatStream(model.name, stops)
         elif path == "messages":
             meter = anthropic.NativeStream()
@@ -448,7 +458,9 @@ class Gateway:
                     usage, text = _usage_of_message(data)
                 else:
                     usage, text = _usage_of_body(data)
-                if translate:
+                if translate and ticket.endpoint == "responses":
+                    data = _as_response(status, data, model.name, original)
+                elif translate:
                     data = _as_message(status, data, model.name, stops)
                 headers.append((b"content-length", str(len(data)).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -601,9 +613,9 @@ def _upstream_body(body: dict, model: str, stream: bool, endpoint: str) -> bytes
 
 def _upstream_path(ticket: Ticket, replica: ReplicaEntry) -> str:
     """The engine endpoint this request goes to on ``replica``: Messages natively where it serves them."""
-    if ticket.messages is None:
+    if ticket.original is None:
         return ticket.endpoint
-    return "messages" if "messages" in replica.native else "chat/completions"
+    return ticket.endpoint if ticket.endpoint in replica.native else "chat/completions"
 
 
 def _as_message(status: int, data: bytes, model: str, stops: list[str]) -> bytes:
@@ -617,6 +629,19 @@ def _as_message(status: int, data: bytes, model: str, stops: list[str]) -> bytes
     if not isinstance(answer, dict):
         return anthropic.error_body(502, "the engine's answer was not a JSON object")
     return json.dumps(anthropic.from_chat(answer, model, stops)).encode()
+
+
+def _as_response(status: int, data: bytes, model: str, request: dict) -> bytes:
+    """A chat answer as a Response; an engine's refusal stays in OpenAI's shape, which Responses shares."""
+    if status >= 400:
+        return data
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return errors.upstream_failed("the engine's answer was not a JSON object").body()
+    return json.dumps(responses.from_chat(answer, model, request)).encode()
 
 
 def _usage_of_message(data: bytes) -> tuple[tuple[int, int] | None, str]:

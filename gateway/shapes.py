@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import anthropic
+from gateway import anthropic, responses
 
 # The counts a request may ask for, each bounded so that limit × price stays far inside the
 # budget columns (64-bit micros) however the estimate multiplies them.
@@ -32,6 +32,7 @@ def problem(endpoint: str, body: dict[str, Any]) -> str | None:
         "completions": _completions,
         "embeddings": _embeddings,
         "messages": anthropic.problem,
+        "responses": responses.problem,
     }
     for check in (_common, checks.get(endpoint)):
         found = check(body) if check else None

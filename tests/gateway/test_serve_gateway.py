@@ -175,6 +175,35 @@ def test_budgets_allowed_models_and_rate_limits_answer_the_anthropic_client_in_i
     )
 
 
+def test_the_openai_client_asks_for_responses_through_llmgw_serve_plain_and_streaming(server, engines):
+    engine = engines(tokens=4, token_delay_s=0.2)
+    replica(model("llama"), engine.url)
+    client = openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key=key(), max_retries=0)
+
+    answer = client.responses.create(model="llama", instructions="be brief", input="hello there", max_output_tokens=50)
+    assert answer.output_text == "w0 w1 w2 w3" and answer.status == "completed"
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (4, 4)
+    started, arrivals, done = time.monotonic(), [], None
+    for event in client.responses.create(model="llama", input="hello there", stream=True):
+        if event.type == "response.output_text.delta":
+            arrivals.append(time.monotonic() - started)
+        elif event.type == "response.completed":
+            done = event.response
+    assert done.output_text == "w0 w1 w2 w3 " and len(arrivals) == 4
+    assert arrivals[-1] - arrivals[0] > 0.4  # each token as the engine sent it
+    with client.responses.stream(model="llama", input="hello there") as stream:
+        assert stream.get_final_response().output_text == "w0 w1 w2 w3 "
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="llama", input="and then?", previous_response_id="resp_1")
+    assert "stores no responses" in refused.value.message
+    records = wait_for(lambda: list(UsageRecord.objects.order_by("at")) if UsageRecord.objects.count() == 3 else None)
+    assert [(r.endpoint, r.stream, r.completion_tokens) for r in records] == [
+        ("responses", False, 4),
+        ("responses", True, 4),
+        ("responses", True, 4),
+    ]
+
+
 def test_a_client_hanging_up_through_llmgw_serve_cancels_the_engine_and_is_recorded(server, engines):
     engine = engines(tokens=100, token_delay_s=0.05)
     replica(model("llama"), engine.url)
