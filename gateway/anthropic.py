@@ -1,7 +1,7 @@
 """Anthropic's Messages API (``POST /v1/messages``) in terms of OpenAI's chat completions, both ways.
 
 An engine that serves ``/v1/messages`` itself (``serves_messages``: vLLM
-since 0.11 and llama.cpp's server) is sent the client's body untouched but
+since 0.11) is sent the client's body untouched but
 for the model's name; any other is sent the chat completion this module
 makes of it (``to_chat``), and its answer is turned back into a Message
 (``from_chat``), or, streamed, into Anthropic's events as each chat chunk
@@ -24,8 +24,15 @@ from typing import Any
 
 from gateway import sse
 
-NATIVE_ENGINES = frozenset({"vllm", "llamacpp"})
-"""Engines (catalog profile ``engine``) whose server answers ``/v1/messages`` itself."""
+NATIVE_ENGINES = frozenset({"vllm"})
+"""Engines (catalog profile ``engine``) whose server answers ``/v1/messages`` itself: vLLM since 0.11.
+
+Not ``llamacpp``: llama.cpp's own C++ server answers it, but llmgw's
+llamacpp engine is llama-cpp-python's server (agent/supervisor/llamacpp.py),
+which has chat, completions and embeddings only. An engine named here that
+answers 404 (a vLLM before 0.11) is sent the chat request instead
+(gateway.proxy).
+"""
 ROLES = ("user", "assistant")
 UNSUPPORTED_BLOCKS = {"image", "document", "search_result", "container_upload"}
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use"}

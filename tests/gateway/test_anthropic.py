@@ -293,5 +293,5 @@ def test_errors_in_anthropics_shape():
         "type": "invalid_request_error",
         "message": "the engine refused the request: context too long",
     }
-    assert anthropic.serves_messages("vllm") and anthropic.serves_messages("llamacpp")
-    assert not anthropic.serves_messages("sglang") and not anthropic.serves_messages(None)
+    assert anthropic.serves_messages("vllm")
+    assert not any(anthropic.serves_messages(e) for e in ("llamacpp", "sglang", None))  # llama-cpp-python: chat only

@@ -136,7 +136,7 @@ def test_tool_use_and_max_tokens_translate(engines):
 
 def test_a_native_engine_is_sent_the_message_untouched_plain_and_streamed(engines):
     engine = engines(tokens=3, messages=True)
-    replica(model("llama", aliases=["claude-ish"]), engine.url, engine="llamacpp")
+    replica(model("llama", aliases=["claude-ish"]), engine.url, engine="vllm")
     secret = key()
     body = ask("claude-ish", metadata={"user_id": "u1"})
 
