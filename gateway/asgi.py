@@ -22,7 +22,7 @@ import logging
 import psycopg
 from django import db
 
-from gateway import conf, errors
+from gateway import anthropic, conf, errors
 from gateway.proxy import ENDPOINTS, Gateway
 
 log = logging.getLogger("llmgw.gateway")
@@ -32,11 +32,22 @@ JSON = [(b"content-type", b"application/json")]
 
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's key: ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` as Anthropic's clients send it."""
     for name, value in headers:
         if name == b"authorization":
             scheme, _, secret = value.decode("latin-1").partition(" ")
             return secret.strip() if scheme.lower() == "bearer" else ""
+    for name, value in headers:
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip()
     return ""
+
+
+def _error(path: str, refusal: errors.Refused) -> bytes:
+    """A refusal in the error shape of the protocol the client speaks on ``path``."""
+    if path == "/v1/messages":
+        return anthropic.error_body(refusal.status, refusal.message)
+    return refusal.body()
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -95,24 +106,21 @@ class GatewayApp:
             await self._dispatch(scope, receive, tracked_send)
         except errors.Refused as refusal:
             if not started:
-                await _answer(send, refusal.status, refusal.body())
+                await _answer(send, refusal.status, _error(scope.get("path", ""), refusal))
         except DATABASE_DOWN as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(
                 "gateway: %s %s: the database did not answer: %s", scope.get("method"), scope.get("path"), detail
             )
             if not started:
-                await _answer(send, 503, errors.database_unavailable(detail).body())
+                await _answer(send, 503, _error(scope.get("path", ""), errors.database_unavailable(detail)))
         except Exception:
             log.exception("gateway: %s %s failed", scope.get("method"), scope.get("path"))
             if not started:
-                await _answer(
-                    send,
-                    500,
-                    errors.Refused(
-                        500, "the gateway failed on this request; it is logged", "server_error", "internal"
-                    ).body(),
+                failed = errors.Refused(
+                    500, "the gateway failed on this request; it is logged", "server_error", "internal"
                 )
+                await _answer(send, 500, _error(scope.get("path", ""), failed))
 
     async def close(self) -> None:
         """Write the usage still queued and close connections: the server is stopping."""

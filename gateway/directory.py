@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from catalog.models import Alias, CatalogModel, Fallback
+from gateway import anthropic
 from gateway.models import Price
 from placement.models import Replica, ReplicaState
 
@@ -37,6 +38,8 @@ class ModelEntry:
 class ReplicaEntry:
     id: str
     endpoint: str
+    native: frozenset[str] = frozenset()
+    """The /v1 endpoints beyond OpenAI's its engine serves itself (``messages``); others are translated for."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,10 @@ def load() -> Snapshot:
     replicas: dict[int, list[ReplicaEntry]] = {}
     engine_keys: dict[tuple[str, int], str] = {}
     ready = Replica.objects.filter(state=ReplicaState.READY).exclude(endpoint="").order_by("created_at")
-    for replica_id, model_id, endpoint, key in ready.values_list("id", "model_id", "endpoint", "engine_key"):
-        replicas.setdefault(model_id, []).append(ReplicaEntry(replica_id, endpoint.rstrip("/")))
+    rows = ready.values_list("id", "model_id", "endpoint", "engine_key", "profile__engine")
+    for replica_id, model_id, endpoint, key, engine in rows:
+        native = frozenset({"messages"} if anthropic.serves_messages(engine) else ())
+        replicas.setdefault(model_id, []).append(ReplicaEntry(replica_id, endpoint.rstrip("/"), native))
         address = _address(endpoint)
         if address is not None and key:
             engine_keys[address] = key

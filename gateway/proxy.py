@@ -34,7 +34,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody
-from gateway import admission, conf, errors, router, rules, shapes, tokens, upstream
+from gateway import admission, anthropic, conf, errors, responses, router, rules, shapes, tokens, upstream
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.load import LoadMeter, Publisher
 from gateway.pgpath import PgPath
@@ -46,7 +46,9 @@ from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
 
-ENDPOINTS = {"chat/completions", "completions", "embeddings"}
+ENDPOINTS = {"chat/completions", "completions", "embeddings", "messages", "responses"}
+# The protocols served as the chat request they ask for (translated where the engine does not speak them).
+AS_CHAT = {"messages": anthropic.to_chat, "responses": responses.to_chat}
 # How often one model may be asked for again while it is starting.
 DEMAND_EVERY_S = 1.0
 COLD_POLL_S = 0.5
@@ -112,6 +114,9 @@ class Ticket:
     """A hop's re-admission still under way when the client left: recorded once it has landed."""
     drop_usage_chunk: bool = False
     """llmgw asked the engine for usage on the client's behalf: the usage-only chunk is not passed on."""
+    original: dict | None = None
+    """The client's body when it spoke a protocol served as chat (``AS_CHAT``: Anthropic's Messages,
+    OpenAI's Responses): sent as it is to an engine that serves it, translated for one that does not."""
     at: object = field(default_factory=timezone.now)
     done: bool = False
 
@@ -227,6 +232,10 @@ class Gateway:
         self.load_publisher.start()
         started = time.monotonic()
         body = _parse(raw, endpoint)
+        original = None
+        if endpoint in AS_CHAT:
+            # Admitted, bounded and routed as the chat request it asks for: the same path as chat.
+            original, body = body, AS_CHAT[endpoint](body)
         name = body["model"]
         snapshot = await self.directory.current()
         entry = snapshot.by_name.get(name)
@@ -267,6 +276,7 @@ class Gateway:
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
+        ticket.original = original
         try:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
@@ -377,9 +387,23 @@ class Gateway:
             self.in_flight[replica_id] += 1
             self.load.enter(model.name)
             try:
-                response = await self._open(replica, ticket.endpoint, payload, failures)
+                path, data = _upstream_path(ticket, replica), payload
+                if path != "chat/completions" and ticket.original is not None:
+                    # The client's own body for an engine that speaks its protocol, with the catalog's name.
+                    data = json.dumps({**ticket.original, "model": model.name}).encode()
+                response = await self._open(replica, path, data, failures)
+                if (
+                    response is not None
+                    and ticket.original is not None
+                    and path == ticket.endpoint
+                    and response.status == 404
+                ):
+                    # An engine older than its kind's own Messages (vLLM before 0.11): translated for instead.
+                    await response.read()
+                    path = "chat/completions"
+                    response = await self._open(replica, path, payload, failures)
                 if response is not None:
-                    await self._relay(ticket, model, replica, response, payload, send)
+                    await self._relay(ticket, model, replica, response, path, send)
                     return True
             finally:
                 self.load.leave(model.name)
@@ -400,16 +424,30 @@ class Gateway:
             return None
         return response
 
-    async def _relay(self, ticket, model: ModelEntry, replica: ReplicaEntry, response, payload, send) -> None:
+    async def _relay(self, ticket, model: ModelEntry, replica: ReplicaEntry, response, path: str, send) -> None:
+        """Pass the engine's answer on as it comes, translated to Messages where the client spoke it and the
+        engine did not (``path`` is the engine's endpoint)."""
         self.writer.touch(replica.id, timezone.now())
         content_type = response.headers.get("content-type", "application/json")
+        streaming = content_type.startswith("text/event-stream")
+        translate = ticket.original is not None and path != ticket.endpoint
+        if translate and not streaming:
+            content_type = "application/json"
         headers = [
             (b"content-type", content_type.encode()),
             (b"x-llmgw-replica", replica.id.encode()),
             (b"x-llmgw-model", model.name.encode()),
         ]
-        streaming = content_type.startswith("text/event-stream")
-        meter = tokens.StreamMeter(drop_usage_chunk=ticket.drop_usage_chunk)
+        original = ticket.original or {}
+        stops = list(original.get("stop_sequences") or [])
+        if translate and streaming and ticket.endpoint == "responses":
+            meter = responses.ChatStream(model.name, original)
+        elif translate and streaming:
+            meter = anthropic.ChatStream(model.name, stops)
+        elif path == "messages":
+            meter = anthropic.NativeStream()
+        else:
+            meter = tokens.StreamMeter(drop_usage_chunk=ticket.drop_usage_chunk)
         ttfb = None
         status, outcome, usage, text = response.status, "ok", None, ""
         if status >= 400:
@@ -428,10 +466,17 @@ class Gateway:
             else:
                 data = await response.read()
                 ttfb = time.monotonic()
+                if path == "messages":
+                    usage, text = _usage_of_message(data)
+                else:
+                    usage, text = _usage_of_body(data)
+                if translate and ticket.endpoint == "responses":
+                    data = _as_response(status, data, model.name, original)
+                elif translate:
+                    data = _as_message(status, data, model.name, stops)
                 headers.append((b"content-length", str(len(data)).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": data})
-                usage, text = _usage_of_body(data)
         except asyncio.CancelledError:
             status, outcome = CLIENT_CLOSED, "client_disconnected"
             raise
@@ -439,7 +484,8 @@ class Gateway:
             # Headers are gone already: all that is left is to end the answer.
             status, outcome = 502, "upstream_broke"
             log.warning("gateway: replica %s broke off mid-answer: %s", replica.id, exc)
-            await send({"type": "http.response.body", "body": meter.tail(), "more_body": False})
+            ending = meter.broken(f"the engine broke off mid-answer: {exc}") if streaming else b""
+            await send({"type": "http.response.body", "body": ending, "more_body": False})
         finally:
             await response.close()
             self._finish(
@@ -577,6 +623,52 @@ def _upstream_body(body: dict, model: str, stream: bool, endpoint: str) -> bytes
             options["include_usage"] = True
             out["stream_options"] = options
     return json.dumps(out).encode()
+
+
+def _upstream_path(ticket: Ticket, replica: ReplicaEntry) -> str:
+    """The engine endpoint this request goes to on ``replica``: Messages natively where it serves them."""
+    if ticket.original is None:
+        return ticket.endpoint
+    return ticket.endpoint if ticket.endpoint in replica.native else "chat/completions"
+
+
+def _as_message(status: int, data: bytes, model: str, stops: list[str]) -> bytes:
+    """A chat answer (or an engine's refusal) as Anthropic's Message (or error)."""
+    if status >= 400:
+        return anthropic.engine_error(status, data)
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return anthropic.error_body(502, "the engine's answer was not a JSON object")
+    return json.dumps(anthropic.from_chat(answer, model, stops)).encode()
+
+
+def _as_response(status: int, data: bytes, model: str, request: dict) -> bytes:
+    """A chat answer as a Response; an engine's refusal stays in OpenAI's shape, which Responses shares."""
+    if status >= 400:
+        return data
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return errors.upstream_failed("the engine's answer was not a JSON object").body()
+    return json.dumps(responses.from_chat(answer, model, request)).encode()
+
+
+def _usage_of_message(data: bytes) -> tuple[tuple[int, int] | None, str]:
+    """Usage and text of an engine's own Message."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None, ""
+    if not isinstance(obj, dict):
+        return None, ""
+    blocks = obj.get("content") if isinstance(obj.get("content"), list) else []
+    text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return anthropic.usage_of(obj), text
 
 
 def _usage_of_body(data: bytes) -> tuple[tuple[int, int] | None, str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway import anthropic, responses
+
 # The counts a request may ask for, each bounded so that limit × price stays far inside the
 # budget columns (64-bit micros) however the estimate multiplies them.
 INT32_MAX = 2**31 - 1
@@ -25,7 +27,13 @@ TEXT_PARTS = {"text": "text", "refusal": "refusal", "input_text": "text", "outpu
 
 def problem(endpoint: str, body: dict[str, Any]) -> str | None:
     """A sentence saying what is wrong with ``body`` for ``endpoint``, or None when the gateway can serve it."""
-    checks = {"chat/completions": _chat, "completions": _completions, "embeddings": _embeddings}
+    checks = {
+        "chat/completions": _chat,
+        "completions": _completions,
+        "embeddings": _embeddings,
+        "messages": anthropic.problem,
+        "responses": responses.problem,
+    }
     for check in (_common, checks.get(endpoint)):
         found = check(body) if check else None
         if found:

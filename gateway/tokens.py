@@ -255,6 +255,10 @@ class StreamMeter:
         self._buffer.clear()
         return rest
 
+    def broken(self, message: str) -> bytes:
+        """The engine broke off mid-answer: a chat stream ends where it was cut (it has no error event)."""
+        return self.tail()
+
     def _keep(self, event: bytes) -> bool:
         for line in event.splitlines():
             if not line.startswith(b"data:"):

@@ -213,7 +213,9 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
 
 
 def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tmp_path):
-    """The openai client, a key, the gateway, a cold start through the real reconciler, llama.cpp answering."""
+    """The openai client, a key, the gateway, a cold start through the real reconciler, llama.cpp answering;
+    then Anthropic's Messages and OpenAI's Responses through the gateway to the same llama.cpp."""
+    import anthropic
     import openai
 
     require_llama_cpp()
@@ -272,6 +274,33 @@ def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tm
                 break
             time.sleep(0.5)
         assert len(rows) == 2 and all(r[1] > 0 for r in rows), rows
+
+        # Anthropic's client and OpenAI's Responses on the same replica: llama-cpp-python's server speaks
+        # chat only, so the gateway translates both ways, streams included.
+        messages = anthropic.Anthropic(
+            base_url=f"http://{server.gateway}", api_key=created.json()["key"], timeout=240, max_retries=0
+        )
+        hello = [{"role": "user", "content": "Say hello."}]
+        message = messages.messages.create(model="smollm2", max_tokens=12, system="Be brief.", messages=hello)
+        assert message.content[0].text.strip() and message.stop_reason in ("end_turn", "max_tokens")
+        with messages.messages.stream(model="smollm2", max_tokens=12, messages=hello) as stream:
+            assert "".join(stream.text_stream).strip(), "Anthropic's events streamed through the gateway"
+            assert stream.get_final_message().stop_reason in ("end_turn", "max_tokens")
+        response = client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=12)
+        assert response.output_text.strip()
+        # 12 tokens may cut it short: the stream then ends in response.incomplete, as OpenAI's does
+        # (the SDK's responses.stream() only hands over a response.completed).
+        events = list(client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=12, stream=True))
+        assert events[-1].type in ("response.completed", "response.incomplete"), events[-1]
+        assert events[-1].response.output_text.strip()
+        deadline = time.monotonic() + 30
+        while True:
+            rows = inv.rows("select endpoint, completion_tokens from gateway_usagerecord order by at")
+            if len(rows) >= 6 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert [r[0] for r in rows[2:]] == ["messages", "messages", "responses", "responses"], rows
+        assert all(r[1] > 0 for r in rows), rows
     finally:
         if agent is not None and agent.poll() is None:
             agent.send_signal(signal.SIGTERM)

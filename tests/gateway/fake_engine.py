@@ -5,6 +5,8 @@ be the slowest thing in a benchmark. It answers ``/v1/chat/completions``,
 ``/v1/completions`` (plain and streamed, ``usage`` like vLLM or none like
 llama.cpp), ``/v1/embeddings``, ``/v1/models`` and ``/tokenize`` (one token a
 word, in vLLM's or llama.cpp's shape), and it notices a client that hangs up mid-stream.
+With ``messages`` it also serves Anthropic's ``/v1/messages`` natively, as vLLM
+and llama.cpp do (without, that path is 404, as SGLang answers it).
 
 Run on its own: ``python -m tests.gateway.fake_engine --port 9000``.
 """
@@ -42,6 +44,10 @@ class Behaviour:
     text, the most any real tokenizer makes: a prompt in a script the tokenizer knows badly)."""
     honour_max_tokens: bool = False
     """Answer with at most ``max_tokens`` (or ``max_completion_tokens``) tokens, as real engines do."""
+    messages: bool = False
+    """Serve ``/v1/messages`` natively (plain and streamed in Anthropic's events); False: 404 there."""
+    tool_call: str = ""
+    """Chat answers call this tool (arguments ``{"q": "w0"}``, finish_reason ``tool_calls``) instead of text."""
     refuse_unreadable: bool = False
     """Answer 400 with a message, as vLLM, SGLang and llama.cpp do, to a body this fake cannot read,
     instead of dropping the connection (which a gateway would rightly report as the engine's failure)."""
@@ -137,20 +143,28 @@ class FakeEngine:
                     "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
                 },
             )
+        if path == "/v1/messages":
+            if not b.messages:
+                self.stats.requests -= 1
+                return self._json(writer, 404, {"detail": "Not Found"})
+            return await self._messages(writer, reader, body)
         chat = path == "/v1/chat/completions"
+        if chat and b.tool_call:
+            return await self._tool_call(writer, body, prompt)
         if body.get("stream"):
             return await self._stream(writer, reader, body, chat, prompt)
         count = self._tokens(body)
         text = " ".join(f"w{i}" for i in range(count))
+        finish = "length" if count < b.tokens else "stop"
         answer = {
             "id": "cmpl-fake",
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": body.get("model"),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
                 if chat
-                else {"index": 0, "text": text, "finish_reason": "stop"}
+                else {"index": 0, "text": text, "finish_reason": finish}
             ],
         }
         if b.usage != "none":
@@ -161,6 +175,87 @@ class FakeEngine:
             }
         self.stats.completed += 1
         return self._json(writer, 200, answer)
+
+    async def _tool_call(self, writer, body: dict, prompt: int) -> bool:
+        """A chat answer that calls ``Behaviour.tool_call``, plain or streamed in pieces (as vLLM streams one)."""
+        call = {"id": "call_fake", "type": "function", "function": {"name": self.behaviour.tool_call}}
+        arguments = json.dumps({"q": "w0"})
+        usage = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
+        base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model")}
+        self.stats.completed += 1
+        if not body.get("stream"):
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**call, "function": {**call["function"], "arguments": arguments}}],
+            }
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+            return self._json(writer, 200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        pieces = [
+            {"index": 0, **call, "function": {**call["function"], "arguments": ""}},
+            {"index": 0, "function": {"arguments": arguments[:5]}},
+            {"index": 0, "function": {"arguments": arguments[5:]}},
+        ]
+        for i, piece in enumerate(pieces):
+            choice = {"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": "tool_calls" if i == 2 else None}
+            self._chunk(writer, b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._chunk(writer, b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+        self._chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def _messages(self, writer, reader, body: dict) -> bool:
+        """Anthropic's Messages, natively: a Message, or its events one token each."""
+        b = self.behaviour
+        count = self._tokens(body)
+        prompt = messages_prompt_tokens(body)
+        reason = "max_tokens" if count < b.tokens else "end_turn"
+        message = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 0},
+        }
+        if not body.get("stream"):
+            text = " ".join(f"w{i}" for i in range(count))
+            message.update(content=[{"type": "text", "text": text}], stop_reason=reason)
+            message["usage"] = {"input_tokens": prompt, "output_tokens": count}
+            self.stats.completed += 1
+            return self._json(writer, 200, message)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+        def send(name: str, data: dict) -> None:
+            self._chunk(
+                writer, f"event: {name}\ndata: ".encode() + json.dumps({"type": name, **data}).encode() + b"\n\n"
+            )
+
+        send("message_start", {"message": message})
+        send("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        try:
+            for i in range(count):
+                if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
+                    self.stats.cancelled += 1
+                    return False
+                send("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": f"w{i} "}})
+                await writer.drain()
+            send("content_block_stop", {"index": 0})
+            delta = {"stop_reason": reason, "stop_sequence": None}
+            send("message_delta", {"delta": delta, "usage": {"output_tokens": count}})
+            send("message_stop", {})
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            self.stats.completed += 1
+            return True
+        except ConnectionError:
+            self.stats.cancelled += 1
+            return False
 
     def _tokenize(self, writer, body: dict) -> bool:
         """One token a word, in the answer shape of the engine ``tokenize`` names."""
@@ -195,7 +290,8 @@ class FakeEngine:
                 if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
                     self.stats.cancelled += 1
                     return False
-                choice = {"index": 0, "finish_reason": "stop" if i == count - 1 else None}
+                finish = "length" if count < b.tokens else "stop"
+                choice = {"index": 0, "finish_reason": finish if i == count - 1 else None}
                 if chat:
                     choice["delta"] = {"content": f"w{i} "} if i else {"role": "assistant", "content": "w0 "}
                 else:
@@ -243,6 +339,18 @@ class FakeEngine:
         head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
         writer.write(head.encode() + data)
         return True
+
+
+def messages_prompt_tokens(body: dict) -> int:
+    """A Messages request's prompt, one token a word: the system prompt and every text block."""
+    text = body.get("system") if isinstance(body.get("system"), str) else ""
+    for m in body.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            text += " " + content
+        elif isinstance(content, list):
+            text += "".join(" " + c["text"] for c in content if isinstance(c, dict) and isinstance(c.get("text"), str))
+    return len(text.split())
 
 
 def unreadable(path: str, raw: bytes) -> str | None:

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
-from catalog.models import Alias, CatalogModel, Fallback
+from catalog.models import Alias, CatalogModel, Fallback, Profile
 from gateway import conf
 from gateway.asgi import GatewayApp
 from gateway.models import Price
@@ -62,13 +62,15 @@ async def call(
     key: str | None = None,
     method: str = "POST",
     disconnect_after_chunks: int | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Answer:
     """One request through the app; with ``disconnect_after_chunks`` the client hangs up after that many."""
     raw = body if isinstance(body, bytes) else json.dumps(body or {}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     if key:
-        headers.append((b"authorization", f"Bearer {key}".encode()))
-    scope = {"type": "http", "method": method, "path": path, "headers": headers, "query_string": b""}
+        head.append((b"authorization", f"Bearer {key}".encode()))
+    head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    scope = {"type": "http", "method": method, "path": path, "headers": head, "query_string": b""}
     incoming: asyncio.Queue = asyncio.Queue()
     incoming.put_nowait({"type": "http.request", "body": raw, "more_body": False})
     answer = Answer(0, {})
@@ -112,8 +114,14 @@ def model(name: str, *, min_replicas: int = 1, aliases=(), price: tuple[int, int
     return m
 
 
-def replica(m: CatalogModel, endpoint: str, state: str = ReplicaState.READY) -> Replica:
-    return Replica.objects.create(model=m, profile_name="fake", state=state, endpoint=endpoint)
+def replica(m: CatalogModel, endpoint: str, state: str = ReplicaState.READY, engine: str | None = None) -> Replica:
+    """A replica at ``endpoint``; with ``engine``, placed under a profile of that engine (which decides what
+    the gateway asks it natively, e.g. ``/v1/messages`` of vllm and llamacpp)."""
+    profile = None
+    if engine:
+        defaults = {"engine": engine, "gpu_class": "cpu", "memory_gb": 1}
+        profile, _ = Profile.objects.get_or_create(model=m, name=f"fake-{engine}", defaults=defaults)
+    return Replica.objects.create(model=m, profile=profile, profile_name="fake", state=state, endpoint=endpoint)
 
 
 def fallback(m: CatalogModel, target: CatalogModel, position: int = 0) -> Fallback:

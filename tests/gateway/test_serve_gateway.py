@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -100,6 +101,107 @@ def test_the_openai_client_chats_through_llmgw_serve_plain_and_streaming(server,
     assert "not known" in str(refused.value)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_the_anthropic_client_talks_through_llmgw_serve_translated_and_native_plain_and_streaming(server, engines):
+    translated = engines(tokens=4, token_delay_s=0.2)  # speaks chat only: Messages are translated for it
+    native = engines(tokens=3, messages=True)  # serves /v1/messages itself, as vLLM does
+    replica(model("llama"), translated.url)
+    replica(model("qwen"), native.url, engine="vllm")
+    client = anthropic.Anthropic(base_url=f"http://{server.gateway}", api_key=key(), max_retries=0)
+    hello = [{"role": "user", "content": "hello there"}]
+
+    answer = client.messages.create(model="llama", max_tokens=50, system="be brief", messages=hello)
+    assert answer.content[0].text == "w0 w1 w2 w3" and answer.stop_reason == "end_turn"
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (4, 4)
+    started, arrivals = time.monotonic(), []
+    with client.messages.stream(model="llama", max_tokens=50, messages=hello) as stream:
+        for _ in stream.text_stream:
+            arrivals.append(time.monotonic() - started)
+        final = stream.get_final_message()
+    assert final.content[0].text == "w0 w1 w2 w3 " and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 4
+    assert arrivals[-1] - arrivals[0] > 0.4  # each token as the engine sent it, 0.2 s apart
+
+    answer = client.messages.create(model="qwen", max_tokens=50, messages=hello)
+    assert (answer.id, answer.content[0].text, answer.usage.output_tokens) == ("msg_fake", "w0 w1 w2", 3)
+    with client.messages.stream(model="qwen", max_tokens=50, messages=hello) as stream:
+        assert "".join(stream.text_stream) == "w0 w1 w2 "
+        assert stream.get_final_message().usage.output_tokens == 3
+    assert [b.get("stream", False) for b in native.stats.bodies] == [False, True]
+    assert all("messages" in b and "stream_options" not in b for b in native.stats.bodies)  # untouched
+
+    records = wait_for(lambda: list(UsageRecord.objects.order_by("at")) if UsageRecord.objects.count() == 4 else None)
+    assert [(r.model, r.endpoint, r.stream, r.prompt_tokens, r.completion_tokens) for r in records] == [
+        ("llama", "messages", False, 4, 4),
+        ("llama", "messages", True, 2, 4),
+        ("qwen", "messages", False, 2, 3),
+        ("qwen", "messages", True, 2, 3),
+    ]
+
+
+def test_budgets_allowed_models_and_rate_limits_answer_the_anthropic_client_in_its_shape(server, engines):
+    engine = engines(tokens=4)
+    replica(model("llama", price=(1_000_000, 1_000_000)), engine.url)
+    replica(model("qwen"), engine.url)
+    url = f"http://{server.gateway}"
+    hello = {"max_tokens": 50, "messages": [{"role": "user", "content": "hello there"}]}
+    only_qwen = anthropic.Anthropic(base_url=url, api_key=key(models=["qwen"]), max_retries=0)
+    with pytest.raises(anthropic.PermissionDeniedError) as refused:
+        only_qwen.messages.create(model="llama", **hello)
+    assert "may not use model 'llama'" in refused.value.message
+    assert refused.value.body["type"] == "error"
+    broke = key(team="broke")
+    Budget.objects.create(scope="key", key=ApiKey.objects.get(team__name="broke"), amount_micros=1, period="day")
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        anthropic.Anthropic(base_url=url, api_key=broke, max_retries=0).messages.create(model="llama", **hello)
+    assert "budget" in refused.value.message and refused.value.body["error"]["type"] == "rate_limit_error"
+    limited = key(team="limited")
+    ApiKey.objects.filter(team__name="limited").update(rpm=1)
+    client = anthropic.Anthropic(base_url=url, api_key=limited, max_retries=0)
+    assert client.messages.create(model="qwen", **hello).content[0].text == "w0 w1 w2 w3"
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        client.messages.create(model="qwen", **hello)
+    assert "per minute" in refused.value.message
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="qwen", max_tokens=5, messages=[{"role": "system", "content": "x"}])
+    assert "role must be 'user' or 'assistant'" in refused.value.message
+    with pytest.raises(anthropic.NotFoundError):
+        only_qwen.messages.create(model="nope", **hello)
+    # Each refusal after the key is known is recorded, as for chat (a bad body is refused before).
+    wait_for(lambda: UsageRecord.objects.count() == 4)
+    assert sorted(UsageRecord.objects.values_list("outcome", flat=True)) == sorted(
+        ["model_not_allowed", "budget_exceeded", "ok", "rate_limit_exceeded"]
+    )
+
+
+def test_the_openai_client_asks_for_responses_through_llmgw_serve_plain_and_streaming(server, engines):
+    engine = engines(tokens=4, token_delay_s=0.2)
+    replica(model("llama"), engine.url)
+    client = openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key=key(), max_retries=0)
+
+    answer = client.responses.create(model="llama", instructions="be brief", input="hello there", max_output_tokens=50)
+    assert answer.output_text == "w0 w1 w2 w3" and answer.status == "completed"
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (4, 4)
+    started, arrivals, done = time.monotonic(), [], None
+    for event in client.responses.create(model="llama", input="hello there", stream=True):
+        if event.type == "response.output_text.delta":
+            arrivals.append(time.monotonic() - started)
+        elif event.type == "response.completed":
+            done = event.response
+    assert done.output_text == "w0 w1 w2 w3 " and len(arrivals) == 4
+    assert arrivals[-1] - arrivals[0] > 0.4  # each token as the engine sent it
+    with client.responses.stream(model="llama", input="hello there") as stream:
+        assert stream.get_final_response().output_text == "w0 w1 w2 w3 "
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="llama", input="and then?", previous_response_id="resp_1")
+    assert "stores no responses" in refused.value.message
+    records = wait_for(lambda: list(UsageRecord.objects.order_by("at")) if UsageRecord.objects.count() == 3 else None)
+    assert [(r.endpoint, r.stream, r.completion_tokens) for r in records] == [
+        ("responses", False, 4),
+        ("responses", True, 4),
+        ("responses", True, 4),
+    ]
 
 
 def test_a_client_hanging_up_through_llmgw_serve_cancels_the_engine_and_is_recorded(server, engines):
