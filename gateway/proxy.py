@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from core import jsonbody
+from core import jsonbody, tracing
 from gateway import admission, conf, errors, router, rules, shapes, tokens, upstream
+from gateway import tracing as gateway_tracing
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
@@ -113,6 +114,8 @@ class Ticket:
     """llmgw asked the engine for usage on the client's behalf: the usage-only chunk is not passed on."""
     at: object = field(default_factory=timezone.now)
     done: bool = False
+    trace: object = field(default_factory=tracing.context)
+    """The request's trace context, for the usage write's span (None when tracing is off)."""
 
 
 class Gateway:
@@ -245,7 +248,8 @@ class Gateway:
         try:
             # Shielded: a client that hangs up while its budget is being reserved
             # must not leave the reservation held for ever (see _admitted_after_all).
-            admitted = await asyncio.shield(admission_task)
+            with tracing.span("gateway.admission", {"llmgw.requested": name, "llmgw.endpoint": endpoint}):
+                admitted = await asyncio.shield(admission_task)
         except asyncio.CancelledError:
             # Kept among the background work close() waits for: a gateway closing
             # while this admission lands must still record it and give its
@@ -269,7 +273,8 @@ class Gateway:
             if refused is not None:
                 self._finish(ticket, status=refused.status, outcome=refused.code)
                 raise refused
-            await self._route(ticket, entry, snapshot, body, send)
+            with tracing.span("gateway.route", {"llmgw.model": entry.name}):
+                await self._route(ticket, entry, snapshot, body, send)
         except errors.Refused as refusal:
             self._finish(ticket, status=refusal.status, outcome=refusal.code)
             raise
@@ -340,7 +345,8 @@ class Gateway:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
         if entry.on_demand:
-            snapshot = await self._wait_for_replica(entry, ticket.started)
+            with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
+                snapshot = await self._wait_for_replica(entry, ticket.started)
             if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
                 return
         if failures:
@@ -365,20 +371,27 @@ class Gateway:
             tried.add(replica_id)
             replica = replicas[replica_id]
             self.in_flight[replica_id] += 1
+            url = f"{replica.endpoint}/v1/{ticket.endpoint}"
             try:
-                response = await self._open(replica, ticket.endpoint, payload, failures)
-                if response is not None:
-                    await self._relay(ticket, model, replica, response, payload, send)
-                    return True
+                with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
+                    response = await self._open(replica, url, payload, failures, exchange.headers())
+                    if response is None:
+                        exchange.failed(failures[-1])
+                    else:
+                        await self._relay(ticket, model, replica, response, payload, send, exchange)
+                        return True
             finally:
                 self.in_flight[replica_id] -= 1
                 if self.in_flight[replica_id] <= 0:
                     del self.in_flight[replica_id]
 
-    async def _open(self, replica: ReplicaEntry, endpoint: str, payload: bytes, failures: list[str]):
-        """The engine's response, headers read; None when it failed before answering."""
+    async def _open(self, replica: ReplicaEntry, url: str, payload: bytes, failures: list[str], headers=None):
+        """The engine's response, headers read; None when it failed before answering.
+
+        ``headers`` go to the engine as well (the trace's ``traceparent``).
+        """
         try:
-            response = await self.client.post(f"{replica.endpoint}/v1/{endpoint}", payload)
+            response = await self.client.post(url, payload, headers=headers)
             if response.status >= 500:
                 detail = (await response.read())[:200].decode(errors="replace")
                 failures.append(f"replica {replica.id} answered {response.status} {detail}".strip())
@@ -388,7 +401,10 @@ class Gateway:
             return None
         return response
 
-    async def _relay(self, ticket, model: ModelEntry, replica: ReplicaEntry, response, payload, send) -> None:
+    async def _relay(
+        self, ticket, model: ModelEntry, replica: ReplicaEntry, response, payload, send, exchange=None
+    ) -> None:
+        exchange = exchange or gateway_tracing.NO_EXCHANGE
         self.writer.touch(replica.id, timezone.now())
         content_type = response.headers.get("content-type", "application/json")
         headers = [
@@ -408,6 +424,7 @@ class Gateway:
                 async for chunk in response.stream():
                     if ttfb is None:
                         ttfb = time.monotonic()
+                        exchange.first_byte()
                     out = meter.feed(chunk)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -416,6 +433,7 @@ class Gateway:
             else:
                 data = await response.read()
                 ttfb = time.monotonic()
+                exchange.first_byte()
                 headers.append((b"content-length", str(len(data)).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": data})
@@ -430,6 +448,7 @@ class Gateway:
             await send({"type": "http.response.body", "body": meter.tail(), "more_body": False})
         finally:
             await response.close()
+            exchange.end(status, outcome, streaming)
             self._finish(
                 ticket,
                 status=status,
@@ -491,6 +510,10 @@ class Gateway:
         task.add_done_callback(self.background.discard)
 
     async def _record(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
+        with tracing.span("gateway.usage_write", {"llmgw.outcome": outcome}, parent=ticket.trace):
+            await self._write_usage(ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended)
+
+    async def _write_usage(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
         if ticket.holding is not None:
             # A hop's reservation may still be landing: settle what it holds (see _hold).
             await asyncio.gather(ticket.holding, return_exceptions=True)
