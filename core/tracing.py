@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -195,13 +194,3 @@ def inject() -> dict[str, str]:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier
-
-
-@contextlib.contextmanager
-def attached(ctx) -> Iterator[None]:
-    """Make ``ctx`` the current context for a block."""
-    token = otel_context.attach(ctx)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
