@@ -12,6 +12,7 @@ import threading
 
 import openai
 import pytest
+from django.db import connection
 
 from placement.models import Replica, ReplicaState
 from tests.core.test_serve import Server
@@ -61,6 +62,14 @@ def traced_server(django_db_setup, django_db_blocker, tmp_path_factory, receiver
 
 def client(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key=key())
+
+
+def mark_ready(pk: str) -> None:
+    """On a thread of its own, as placement would; its connection closed after, or the test database stays in use."""
+    try:
+        Replica.objects.filter(pk=pk).update(state=ReplicaState.READY)
+    finally:
+        connection.close()
 
 
 def hello(**extra):
@@ -117,7 +126,7 @@ def test_waiting_for_a_model_scaled_to_zero_is_a_span(traced_server, receiver, e
     engine = engines()
     starting = replica(model("llama", min_replicas=0), engine.url, state=ReplicaState.STARTING)
     # Placement marks the replica ready a second after the request asks for it.
-    threading.Timer(1.0, lambda: Replica.objects.filter(pk=starting.pk).update(state=ReplicaState.READY)).start()
+    threading.Timer(1.0, mark_ready, (starting.pk,)).start()
 
     client(traced_server).chat.completions.create(**hello())
 
