@@ -268,7 +268,8 @@ class Gateway:
         try:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
-                why = await self.limiter.admit(admitted.caller)
+                with tracing.span("gateway.rate_limit"):
+                    why = await self.limiter.admit(admitted.caller)
                 refused = errors.rate_limited(why) if why else None
             if refused is not None:
                 self._finish(ticket, status=refused.status, outcome=refused.code)

@@ -4,6 +4,7 @@ A request's spans (when tracing is on, see core.tracing)::
 
     POST /v1/chat/completions         SERVER, the client's traceparent as its parent
       gateway.admission               key, allowed models, rate limits, budget reservation
+      gateway.rate_limit              with Redis: the rate limits' Lua call
       gateway.route                   the replicas tried, fallbacks included
         gateway.wait_for_replica      a model scaled to zero, until a replica is ready
         gateway.upstream              CLIENT, one engine exchange; its traceparent goes to the engine

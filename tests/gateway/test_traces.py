@@ -8,17 +8,24 @@ vLLM makes its own request span a child of).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import openai
 import pytest
+import redis.asyncio as aioredis
 from django.db import connection
 
+from core import tracing
+from gateway.asgi import GatewayApp
+from gateway.proxy import Gateway
+from gateway.tracing import traced
 from placement.models import Replica, ReplicaState
 from tests.core.test_serve import Server
-from tests.gateway.harness import key, model, replica
+from tests.gateway.harness import FAST, call, key, model, replica, settle
+from tests.gateway.test_ratelimit import REDIS_URL, redis_db  # noqa: F401 (a fixture)
 from tests.gateway.test_serve_gateway import server_env
-from tests.otlp import Receiver
+from tests.otlp import Receiver, otel_env  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -142,3 +149,27 @@ def test_the_reconciler_of_llmgw_serve_traces_its_passes(traced_server, receiver
     spans = receiver.wait_for("placement.reconcile", "placement.reconcile.plan", "placement.reconcile.writes")
     assert spans["placement.reconcile.plan"].parent_span_id == spans["placement.reconcile"].span_id
     assert spans["placement.reconcile"].service in ("llmgw", "llmgw-worker")
+
+
+def test_with_redis_the_rate_limit_check_is_a_span_of_its_own(otel_env, receiver, engines, redis_db):  # noqa: F811
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    assert tracing.setup("llmgw-gateway")
+    engine = engines()
+    replica(model("llama"), engine.url)
+    secret = key()
+
+    async def go():
+        app = GatewayApp(lambda: Gateway(FAST, aioredis.from_url(REDIS_URL)))
+        try:
+            return await call(traced(app), "/v1/chat/completions", hello(), key=secret)
+        finally:
+            await settle(app)
+
+    assert asyncio.run(go()).status == 200
+    tracing.flush()
+    (sent,) = [h for h in engine.stats.headers if "traceparent" in h]
+    trace_id = sent["traceparent"].split("-")[1]
+    spans = receiver.wait_for("POST /v1/chat/completions", "gateway.admission", "gateway.rate_limit", trace_id=trace_id)
+    root = spans["POST /v1/chat/completions"]
+    assert spans["gateway.rate_limit"].parent_span_id == root.span_id
+    assert spans["gateway.admission"].end_ns <= spans["gateway.rate_limit"].start_ns
