@@ -14,7 +14,14 @@ In one go, on this machine:
    server), the alternative measured (``--no-alternatives`` leaves it out);
 4. through LiteLLM's proxy, installed in its own virtual environment under
    ``--litellm-venv`` (made when missing; if that fails the reason is printed
-   and the rest goes on), pointed at the same engine.
+   and the rest goes on), pointed at the same engine;
+5. with ``--tracing``, what traces cost: ``llmgw-traced`` is the same server
+   with OTEL_EXPORTER_OTLP_ENDPOINT at a collector that discards
+   (bench/otlp_sink.py), every request traced; ``llmgw-untraced`` the
+   gateway as it was before tracing was added (``git archive`` of
+   ``--untraced-rev``, by default the parent of the commit that added
+   core/tracing.py), the baseline. ``llmgw`` is tracing off (no endpoint):
+   its ratio to the baseline is what off costs.
 
 For each path, plain and streaming: requests per second at ``--concurrency``
 for ``--seconds``; latency p50/p99 one request at a time, and what the path
@@ -47,8 +54,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core import tracing  # noqa: E402
+from gateway import tracing as gateway_tracing  # noqa: E402
+
 PG = "postgresql://postgres@127.0.0.1:5432"
-DB = "llmgw_bench_gateway"
+DB = os.environ.get("LLMGW_BENCH_GATEWAY_DB", "llmgw_bench_gateway")  # dropped and made again on each run
 # 1.107.0 was a compromised release: pinned to one before it.
 LITELLM = "litellm[proxy]==1.106.12"
 MODEL = "bench"
@@ -237,25 +247,163 @@ print(issued.secret)
     return env, out.stdout.strip().splitlines()[-1]
 
 
-def launch(cmd: list[str], env: dict[str, str], log: Path, ready_url: str) -> subprocess.Popen:
+def launch(cmd: list[str], env: dict[str, str], log: Path, ready_url: str, cwd: Path = ROOT) -> subprocess.Popen:
     """Start one of llmgw's servers with ``env`` over a clean environment; return once ``ready_url`` answers."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    # Traced only where ``env`` asks: an OTEL_* of the bench's own shell would trace every path.
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "OTEL_"))}
     full.update(env, DJANGO_SETTINGS_MODULE="llmgw.settings")
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=full, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        cmd, cwd=cwd, env=full, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
     wait_http(ready_url, 60, proc, log)
     return proc
 
 
-def start_llmgw(env: dict[str, str], admin: int, gateway: int, log: Path, workers: int = 1) -> subprocess.Popen:
+def start_llmgw(
+    env: dict[str, str], admin: int, gateway: int, log: Path, workers: int = 1, tree: Path = ROOT
+) -> subprocess.Popen:
+    """``llmgw serve --no-worker`` with the code in ``tree`` (this checkout, or an older one for a baseline)."""
     addrs = {
         "LLMGW_ADMIN_ADDR": f"127.0.0.1:{admin}",
         "LLMGW_GATEWAY_ADDR": f"127.0.0.1:{gateway}",
         "LLMGW_GATEWAY_WORKERS": str(workers),
     }
+    if tree != ROOT:
+        addrs["PYTHONPATH"] = str(tree)
     cmd = [sys.executable, "-m", "llmgw.cli", "serve", "--no-worker"]
-    return launch(cmd, {**env, **addrs}, log, f"http://127.0.0.1:{admin}/healthz")
+    return launch(cmd, {**env, **addrs}, log, f"http://127.0.0.1:{admin}/healthz", cwd=tree)
+
+
+# --- what traces cost ---------------------------------------------------------------
+
+
+def untraced_rev() -> str:
+    """The commit before the one that added core/tracing.py: the gateway without any tracing code."""
+    added = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "-1", "--", "core/tracing.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not added:
+        raise RuntimeError("no commit adds core/tracing.py here: name the baseline with --untraced-rev")
+    return f"{added}^"
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """``rev``'s files (``git archive``), to run the baseline from."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def start_sink(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.otlp_sink", "--port", str(port)], cwd=ROOT, start_new_session=True
+    )
+    wait_http(f"http://127.0.0.1:{port}/count", 20, proc)
+    return proc
+
+
+def tracing_targets(args, env: dict[str, str], key: str, work: Path, procs: list) -> list[Target]:
+    """``llmgw-traced`` (every request traced, to a discarding collector) and ``llmgw-untraced`` (the baseline)."""
+    auth = {"authorization": f"Bearer {key}"}
+    sink = free_port()
+    procs.append(start_sink(sink))
+    traced_env = {
+        **env,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}",
+        "OTEL_SERVICE_NAME": "llmgw-bench",
+        "OTEL_TRACES_SAMPLER": "always_on",
+    }
+    traced = free_port()
+    procs.append(start_llmgw(traced_env, free_port(), traced, work / "traced.log", args.workers))
+    rev = args.untraced_rev or untraced_rev()
+    tree = checkout(rev, work / "untraced")
+    untraced = free_port()
+    procs.append(start_llmgw(env, free_port(), untraced, work / "untraced.log", args.workers, tree))
+    short = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True)
+    print(f"untraced baseline: {rev} ({short.stdout.strip()})")
+    return [
+        Target("llmgw-traced", traced, "/v1/chat/completions", auth),
+        Target("llmgw-untraced", untraced, "/v1/chat/completions", auth),
+    ]
+
+
+def hooks_off_ns(rounds: int = 200_000) -> float:
+    """Nanoseconds one request spends in the tracing hooks with tracing off (this process has no endpoint)."""
+    tracing.shutdown()
+    url = "http://127.0.0.1:1/v1/chat/completions"
+
+    def one_request() -> None:
+        # The calls gateway/proxy.py makes on one request, attributes built as it builds them.
+        with tracing.span("gateway.admission", {"llmgw.requested": MODEL, "llmgw.endpoint": "chat/completions"}):
+            pass
+        tracing.context()
+        with tracing.span("gateway.route", {"llmgw.model": MODEL}), gateway_tracing.exchange("r1", MODEL, url) as ex:
+            ex.headers()
+            ex.first_byte()
+            ex.end(200, "ok", True)
+        with tracing.span("gateway.usage_write", {"llmgw.outcome": "ok"}, parent=None):
+            pass
+
+    started = time.perf_counter_ns()
+    for _ in range(rounds):
+        one_request()
+    return (time.perf_counter_ns() - started) / rounds
+
+
+def measure_tracing(args, targets: list[Target]) -> dict[str, dict[bool, Result]]:
+    """Each of llmgw (off), traced (on) and untraced in turn, ``--tracing-rounds`` times: the medians.
+
+    In turns, the order rotating, so that a neighbour's load on a shared
+    machine falls on all three alike rather than on whichever ran then.
+    """
+    runs: dict[str, dict[bool, list[Result]]] = {t.name: {False: [], True: []} for t in targets}
+    seconds = max(1.0, args.seconds / 2)
+    for i in range(args.tracing_rounds):
+        turn = targets[i % len(targets) :] + targets[: i % len(targets)]
+        for stream in (False, True):
+            for target in turn:
+                result = asyncio.run(measure(target, stream, seconds, args.concurrency, args.serial // 2))
+                runs[target.name][stream].append(result)
+        print(f"  measured tracing round {i + 1} of {args.tracing_rounds}", flush=True)
+    return {name: {stream: median_of(results) for stream, results in by.items()} for name, by in runs.items()}
+
+
+def median_of(results: list[Result]) -> Result:
+    def mid(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    return Result(
+        rps=mid([r.rps for r in results]),
+        p50=mid([r.p50 for r in results]),
+        p99=mid([r.p99 for r in results]),
+        ttfb50=mid([r.ttfb50 for r in results]),
+        errors=sum(r.errors for r in results),
+    )
+
+
+def report_tracing(results: dict[str, dict[bool, Result]], off_ns: float) -> None:
+    base = results["llmgw-untraced"]
+    rounds = "median of the rounds, each path in turn"
+    print(f"\ntraces: each path against the untraced baseline (llmgw before tracing), in this run ({rounds})")
+    print("path           kind       req/s ×base |  p50 ms ×base |  p99 ms ×base | ttfb p50 ms ×base")
+    labels = {"llmgw-untraced": "untraced", "llmgw": "llmgw (off)", "llmgw-traced": "llmgw (on)"}
+    for name, label in labels.items():
+        for stream in (False, True):
+            r, b = results[name][stream], base[stream]
+            print(
+                f"{label:14} {'streaming' if stream else 'plain':9} {r.rps:6.0f} {ratio(r.rps, b.rps)} |"
+                f" {ms(r.p50)} {ratio(r.p50, b.p50)} | {ms(r.p99)} {ratio(r.p99, b.p99)} |"
+                f"     {ms(r.ttfb50)} {ratio(r.ttfb50, b.ttfb50)}"
+            )
+    plain = base[False].p50 * 1e9
+    print(
+        f"off, the hooks one request runs cost {off_ns:.0f} ns"
+        f" ({off_ns / plain * 100:.3f} % of the baseline's plain p50 of {plain / 1e6:.2f} ms)"
+    )
 
 
 def start_llmgw_daphne(env: dict[str, str], gateway: int, log: Path) -> subprocess.Popen:
@@ -356,6 +504,11 @@ def main() -> int:
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="LLMGW_GATEWAY_WORKERS for llmgw's path")
     parser.add_argument("--no-alternatives", action="store_true", help="leave out llmgw's app under daphne")
+    parser.add_argument(
+        "--tracing", action="store_true", help="also llmgw traced and llmgw before tracing, the baseline (see 5.)"
+    )
+    parser.add_argument("--tracing-rounds", type=int, default=5, help="turns of off, on and the baseline")
+    parser.add_argument("--untraced-rev", help="the baseline's commit (default: the one before core/tracing.py)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-bench-gateway-"))
@@ -377,6 +530,8 @@ def main() -> int:
             targets.append(
                 Target("llmgw-daphne", daphne_port, "/v1/chat/completions", {"authorization": f"Bearer {key}"})
             )
+
+        traces = tracing_targets(args, env, key, work, procs) if args.tracing else []
 
         exe = None if args.no_litellm else litellm_bin(args.litellm_venv)
         if exe is not None:
@@ -400,6 +555,8 @@ def main() -> int:
                 )
                 print(f"  measured {target.name} {'streaming' if stream else 'plain'}", flush=True)
         report(results)
+        if traces:
+            report_tracing(measure_tracing(args, [targets[1], *traces]), hooks_off_ns())
         usage = subprocess.run(
             ["psql", f"{PG}/{DB}", "-Atc", "select count(*), sum(completion_tokens) from gateway_usagerecord"],
             capture_output=True,

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from core import jsonbody
+from core import jsonbody, tracing
 from gateway import admission, anthropic, conf, errors, responses, router, rules, shapes, tokens, upstream
+from gateway import tracing as gateway_tracing
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.load import LoadMeter, Publisher
 from gateway.pgpath import PgPath
@@ -119,6 +120,8 @@ class Ticket:
     OpenAI's Responses): sent as it is to an engine that serves it, translated for one that does not."""
     at: object = field(default_factory=timezone.now)
     done: bool = False
+    trace: object = field(default_factory=tracing.context)
+    """The request's trace context, for the usage write's span (None when tracing is off)."""
 
 
 class Gateway:
@@ -260,7 +263,8 @@ class Gateway:
         try:
             # Shielded: a client that hangs up while its budget is being reserved
             # must not leave the reservation held for ever (see _admitted_after_all).
-            admitted = await asyncio.shield(admission_task)
+            with tracing.span("gateway.admission", {"llmgw.requested": name, "llmgw.endpoint": endpoint}):
+                admitted = await asyncio.shield(admission_task)
         except asyncio.CancelledError:
             # Kept among the background work close() waits for: a gateway closing
             # while this admission lands must still record it and give its
@@ -280,12 +284,14 @@ class Gateway:
         try:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
-                why = await self.limiter.admit(admitted.caller)
+                with tracing.span("gateway.rate_limit"):
+                    why = await self.limiter.admit(admitted.caller)
                 refused = errors.rate_limited(why) if why else None
             if refused is not None:
                 self._finish(ticket, status=refused.status, outcome=refused.code)
                 raise refused
-            await self._route(ticket, entry, snapshot, body, send)
+            with tracing.span("gateway.route", {"llmgw.model": entry.name}):
+                await self._route(ticket, entry, snapshot, body, send)
         except errors.Refused as refusal:
             self._finish(ticket, status=refusal.status, outcome=refusal.code)
             raise
@@ -358,7 +364,8 @@ class Gateway:
         if entry.on_demand:
             self.load.wait(entry.name)
             try:
-                snapshot = await self._wait_for_replica(entry, ticket.started)
+                with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
+                    snapshot = await self._wait_for_replica(entry, ticket.started)
             finally:
                 self.load.waited(entry.name)
             if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
@@ -391,30 +398,38 @@ class Gateway:
                 if path != "chat/completions" and ticket.original is not None:
                     # The client's own body for an engine that speaks its protocol, with the catalog's name.
                     data = json.dumps({**ticket.original, "model": model.name}).encode()
-                response = await self._open(replica, path, data, failures)
-                if (
-                    response is not None
-                    and ticket.original is not None
-                    and path == ticket.endpoint
-                    and response.status == 404
-                ):
-                    # An engine older than its kind's own Messages (vLLM before 0.11): translated for instead.
-                    await response.read()
-                    path = "chat/completions"
-                    response = await self._open(replica, path, payload, failures)
-                if response is not None:
-                    await self._relay(ticket, model, replica, response, path, send)
-                    return True
+                url = f"{replica.endpoint}/v1/{path}"
+                with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
+                    response = await self._open(replica, url, data, failures, exchange.headers())
+                    if (
+                        response is not None
+                        and ticket.original is not None
+                        and path == ticket.endpoint
+                        and response.status == 404
+                    ):
+                        # An engine older than its kind's own Messages (vLLM before 0.11): translated for instead.
+                        await response.read()
+                        path = "chat/completions"
+                        url = f"{replica.endpoint}/v1/{path}"
+                        response = await self._open(replica, url, payload, failures, exchange.headers())
+                    if response is None:
+                        exchange.failed(failures[-1])
+                    else:
+                        await self._relay(ticket, model, replica, response, path, send, exchange)
+                        return True
             finally:
                 self.load.leave(model.name)
                 self.in_flight[replica_id] -= 1
                 if self.in_flight[replica_id] <= 0:
                     del self.in_flight[replica_id]
 
-    async def _open(self, replica: ReplicaEntry, endpoint: str, payload: bytes, failures: list[str]):
-        """The engine's response, headers read; None when it failed before answering."""
+    async def _open(self, replica: ReplicaEntry, url: str, payload: bytes, failures: list[str], headers=None):
+        """The engine's response, headers read; None when it failed before answering.
+
+        ``headers`` go to the engine as well (the trace's ``traceparent``).
+        """
         try:
-            response = await self.client.post(f"{replica.endpoint}/v1/{endpoint}", payload)
+            response = await self.client.post(url, payload, headers=headers)
             if response.status >= 500:
                 detail = (await response.read())[:200].decode(errors="replace")
                 failures.append(f"replica {replica.id} answered {response.status} {detail}".strip())
@@ -424,9 +439,12 @@ class Gateway:
             return None
         return response
 
-    async def _relay(self, ticket, model: ModelEntry, replica: ReplicaEntry, response, path: str, send) -> None:
+    async def _relay(
+        self, ticket, model: ModelEntry, replica: ReplicaEntry, response, path: str, send, exchange=None
+    ) -> None:
         """Pass the engine's answer on as it comes, translated to Messages where the client spoke it and the
-        engine did not (``path`` is the engine's endpoint)."""
+        engine did not (``path`` is the engine's endpoint); ``exchange`` times it for the trace."""
+        exchange = exchange or gateway_tracing.NO_EXCHANGE
         self.writer.touch(replica.id, timezone.now())
         content_type = response.headers.get("content-type", "application/json")
         streaming = content_type.startswith("text/event-stream")
@@ -458,6 +476,7 @@ class Gateway:
                 async for chunk in response.stream():
                     if ttfb is None:
                         ttfb = time.monotonic()
+                        exchange.first_byte()
                     out = meter.feed(chunk)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -466,6 +485,7 @@ class Gateway:
             else:
                 data = await response.read()
                 ttfb = time.monotonic()
+                exchange.first_byte()
                 if path == "messages":
                     usage, text = _usage_of_message(data)
                 else:
@@ -488,6 +508,7 @@ class Gateway:
             await send({"type": "http.response.body", "body": ending, "more_body": False})
         finally:
             await response.close()
+            exchange.end(status, outcome, streaming)
             self._finish(
                 ticket,
                 status=status,
@@ -549,6 +570,10 @@ class Gateway:
         task.add_done_callback(self.background.discard)
 
     async def _record(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
+        with tracing.span("gateway.usage_write", {"llmgw.outcome": outcome}, parent=ticket.trace):
+            await self._write_usage(ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended)
+
+    async def _write_usage(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
         if ticket.holding is not None:
             # A hop's reservation may still be landing: settle what it holds (see _hold).
             await asyncio.gather(ticket.holding, return_exceptions=True)

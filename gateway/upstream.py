@@ -171,6 +171,13 @@ def _unchunk(buffer: bytearray) -> tuple[bytes, bool]:
     return bytes(out), False
 
 
+def _header_lines(headers: dict[str, str]) -> str:
+    """Extra request headers as head lines; one with a line break in it is left out rather than sent split."""
+    return "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items() if name.isprintable() and value.isprintable()
+    )
+
+
 class Client:
     def __init__(
         self,
@@ -186,7 +193,10 @@ class Client:
         self.max_idle_per_host = max_idle_per_host
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
 
-    async def post(self, url: str, body: bytes, content_type: str = "application/json") -> Response:
+    async def post(
+        self, url: str, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
+    ) -> Response:
+        """POST ``body`` to ``url``; ``headers`` adds to the request's own (a ``traceparent``, say)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise UpstreamError(f"{url} is not an http:// address")
@@ -194,6 +204,8 @@ class Client:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         secret = self.keys(key)
         auth = f"authorization: Bearer {secret}\r\n" if secret and secret.isprintable() and " " not in secret else ""
+        if headers:
+            auth += _header_lines(headers)
         head = (
             f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: {content_type}\r\n{auth}"
             f"content-length: {len(body)}\r\naccept: */*\r\naccept-encoding: identity\r\n\r\n"

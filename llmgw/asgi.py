@@ -12,8 +12,10 @@ from django.core.asgi import get_asgi_application
 django_app = get_asgi_application()
 
 from agentapi import fast  # noqa: E402
+from core import tracing  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi import GatewayApp  # noqa: E402
+from gateway.tracing import traced  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
 
@@ -31,6 +33,7 @@ class HeartbeatFastLane:
         return await self.app(scope, receive, send)
 
 
+tracing.setup("llmgw")
 application = ListenerRouter(
     HeartbeatFastLane(
         ProtocolTypeRouter(
@@ -41,5 +44,5 @@ application = ListenerRouter(
         )
     ),
     gateway_port=settings.LLMGW_GATEWAY_ADDR.port,
-    gateway_app=GatewayApp(),
+    gateway_app=traced(GatewayApp()),
 )

@@ -15,11 +15,15 @@ from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 
+from core import tracing  # noqa: E402
 from gateway.asgi import GatewayApp  # noqa: E402
+from gateway.tracing import traced  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
+# Each gateway process is a fresh interpreter (llmgw.gateway_server): its tracing is its own.
+tracing.setup("llmgw-gateway")
 gateway_app = GatewayApp()
-listener = ListenerRouter(django_app, gateway_port=None, gateway_app=gateway_app)
+listener = ListenerRouter(django_app, gateway_port=None, gateway_app=traced(gateway_app))
 
 
 async def application(scope, receive, send):

@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_init
 from kombu.transport import TRANSPORT_ALIASES
+
+from core import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 # The embedded broker's messages are written whole (see llmgw.broker).
@@ -42,3 +45,10 @@ def beat_schedule(env: dict[str, str] | None = None) -> dict[str, dict]:
 
 
 app.conf.beat_schedule = beat_schedule()
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _start_tracing(**_) -> None:
+    """Each worker process traces on its own: the pool's children are forked, and set up again after the fork."""
+    tracing.setup("llmgw-worker")

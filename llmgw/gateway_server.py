@@ -19,6 +19,10 @@ server of its own and processes of their own, measured with
 
 A gateway process that dies is started again, after a pause that grows while
 it keeps dying, so one bad start does not spin.
+
+Each process is a fresh interpreter (fork and exec), and sets up its own
+tracing when it imports ``llmgw.asgi_gateway`` (core.tracing): an exporter's
+thread and connection are never shared across a fork.
 """
 
 from __future__ import annotations

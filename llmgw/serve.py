@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from core import config
+from core import config, tracing
 from llmgw.children import die_with_parent
 from llmgw.gateway_server import GatewayProcesses, listen
 
@@ -206,6 +206,8 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
+    # This process's own spans (the embedded Celery worker's reconciles); the gateway's processes set up theirs.
+    tracing.setup("llmgw")
     problem = database_error()
     if problem:
         return fail(f"configuration error: LLMGW_DATABASE_URL: the database cannot be reached: {problem}")

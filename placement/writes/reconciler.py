@@ -46,6 +46,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalog.models import CatalogModel
+from core import tracing
 from core.models import AuditEntry
 from placement import signals
 from placement import snapshot as snap
@@ -101,17 +102,21 @@ def reconcile(now: datetime | None = None) -> Result:
     """One reconciling pass (see the module docstring for its steps)."""
     now = now or timezone.now()
     result = Result()
-    with transaction.atomic():
-        _stop_on_lost_nodes(now, result)
-        _reap(result)
-        _park(now, result)
-        scaling = autoscaling.autoscale(now)
-        result.scaled = scaling.changed
-        loaded = snap.load(now, scaling.desired)
-        decided = plan(loaded.snapshot)
-        _apply(decided, loaded, now, result)
-        _forget_demand(now, result)
-        _explain(decided, loaded, now, result)
+    with tracing.span("placement.reconcile") as span:
+        with transaction.atomic():
+            _stop_on_lost_nodes(now, result)
+            _reap(result)
+            _park(now, result)
+            with tracing.span("placement.reconcile.plan"):
+                scaling = autoscaling.autoscale(now)
+                result.scaled = scaling.changed
+                loaded = snap.load(now, scaling.desired)
+                decided = plan(loaded.snapshot)
+            with tracing.span("placement.reconcile.writes"):
+                _apply(decided, loaded, now, result)
+                _forget_demand(now, result)
+                _explain(decided, loaded, now, result)
+        span.set_attributes({f"llmgw.{k}": v for k, v in result.summary().items()})
     if result.changed:
         transaction.on_commit(lambda: _publish(result))
     return result

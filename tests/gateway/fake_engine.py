@@ -60,6 +60,8 @@ class Stats:
     cancelled: int = 0
     bodies: list = field(default_factory=list)
     keep_bodies: bool = True
+    headers: list = field(default_factory=list)
+    """Each request's headers (lower-cased names), kept with the bodies: a test reads what the gateway sent."""
     unauthorized: int = 0
 
 
@@ -102,6 +104,8 @@ class FakeEngine:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if self.stats.keep_bodies:
+                    self.stats.headers.append(headers)
                 if self.behaviour.api_key and headers.get("authorization") != f"Bearer {self.behaviour.api_key}":
                     self.stats.unauthorized += 1
                     self._json(writer, 401, {"error": {"message": "the engine's key is missing or wrong"}})

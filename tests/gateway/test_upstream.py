@@ -136,3 +136,29 @@ def test_an_engine_that_goes_silent_mid_stream_times_out_but_a_slow_reader_does_
     got, slow = run(scenario)
     assert got == [b"hello"]
     assert b"".join(slow) == b"helloworld"
+
+
+def test_extra_headers_go_with_the_request_and_one_with_a_line_break_is_left_out():
+    heads = []
+
+    async def scenario():
+        async def handle(reader, writer):
+            heads.append((await reader.readuntil(b"\r\n\r\n")).decode())
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        client = upstream.Client(connect_timeout_s=1, read_timeout_s=5)
+        async with server:
+            extra = {
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "x-bad": "a\r\nx-evil: 1",
+            }
+            answer = await client.post(url, b"{}", headers=extra)
+            return await answer.read()
+
+    assert run(scenario) == b"ok"
+    (head,) = heads
+    assert "\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n" in head
+    assert "x-evil" not in head and "x-bad" not in head
