@@ -13,6 +13,9 @@ What a sweep looks for (kind: subject):
 - ``gpu_memory_rising``: ``<node>/gpu <label>`` — a card whose memory error counters (aggregate
   ECC, remapped rows, retired pages) rose at its last change, within a day of it
   (inventory.health_rules.rising); a settled counter is no finding;
+- ``gpu_held``: ``<node>/gpu <label>`` — card health holds the card (a fatal problem, not yet
+  clean for the clean window): out of placement, its replicas moved (inventory.health_actions);
+- ``node_health_cordoned``: a node — card health cordoned it after repeated problems;
 - ``node_silent``: a node — unreachable past the grace, or lost;
 - ``model_parked``: a model — parked after failing every start.
 
@@ -41,7 +44,7 @@ from core.models import Finding, Severity
 from inventory import fabrics, health_rules, nvlink_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
-from inventory.models import GPU, Node, NVLinkDomain
+from inventory.models import GPU, CardHold, Node, NVLinkDomain
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
 MIG_EMPTY = "MIG enabled but no instances created"  # a carving matter, shown by doctor, not a sick card
@@ -91,6 +94,8 @@ class Fleet:
     domain_names: dict[str, str] = field(default_factory=dict)  # key -> a name for people
     fabric_report: fabrics.FabricReport | None = None
     parked: list[tuple[str, datetime, str]] = field(default_factory=list)
+    holds: list[tuple[str, int, datetime, str]] = field(default_factory=list)  # node, card, since, reason
+    health_cordons: list[tuple[str, str]] = field(default_factory=list)  # node, reason
 
 
 # --- loading (the only queries) -------------------------------------------------------------------------------------
@@ -137,6 +142,8 @@ def load(now: datetime) -> Fleet:
             )
         )
     fleet.fabric_report = analyze_inventory(now)
+    fleet.holds = list(CardHold.objects.values_list("node__name", "gpu_index", "since", "reason"))
+    fleet.health_cordons = list(Node.objects.exclude(health_cordon="").values_list("name", "health_cordon"))
     fleet.parked = list(
         CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
     )
@@ -299,6 +306,31 @@ def memory_rising(fleet: Fleet, now: datetime) -> list[Found]:
     return found
 
 
+def health_actions(fleet: Fleet) -> list[Found]:
+    """What card health did and has not undone yet: held cards, cordoned nodes (inventory.health_actions)."""
+    found = [
+        Found(
+            "gpu_held",
+            f"{node}/gpu {mig_label(index)}",
+            f"gpu {mig_label(index)} on {node} is held since {since:%Y-%m-%d %H:%M:%S %Z}: {reason}. It takes no "
+            "work and its replicas are moved; it is released once clean for the clean window (LLMGW_HEALTH_CLEAN_S).",
+            CRITICAL,
+        )
+        for node, index, since, reason in sorted(fleet.holds)
+    ]
+    found += [
+        Found(
+            "node_health_cordoned",
+            node,
+            f"{node} is cordoned by card health: {reason}. Uncordoned once clean for the clean window, "
+            "or by an operator.",
+            CRITICAL,
+        )
+        for node, reason in sorted(fleet.health_cordons)
+    ]
+    return found
+
+
 def silent_nodes(fleet: Fleet) -> list[Found]:
     found = []
     for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
@@ -344,6 +376,7 @@ def find(fleet: Fleet, now: datetime) -> list[Found]:
             *sm_changed(fleet, now),
             *unhealthy_gpus(fleet),
             *memory_rising(fleet, now),
+            *health_actions(fleet),
             *silent_nodes(fleet),
             *parked_models(fleet),
         ]
