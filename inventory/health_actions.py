@@ -14,6 +14,10 @@ The rules, each with its reason:
 * ``cordon_after`` counted problems on one node within ``window_s`` cordon the node, with the
   problems as the reason. Reason: a node whose cards keep failing is suspect as a whole (power,
   cooling, a riser), even when each problem alone is only a warning.
+* Fabric problems (NVLink fabric registration, health mask bits) do not act here: they are
+  usually shared by a tray or a rack (a fabric manager restart, an NVSwitch tray) and are
+  handled as one NVLink domain event; holding each card would move every replica of the rack
+  at once, the storm this is meant to prevent. They still keep the card out of new placement.
 * Hysteresis: a hold or a health cordon is lifted only once the card (or the node) has been
   clean — no counted problem, no fatal problem still showing — for ``clean_s``. Reason: a card
   that recovers by itself often fails again; putting it back at once would move replicas to it
@@ -26,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from inventory.health_rules import Severity, is_fatal
+from inventory.health_rules import Kind, Problem, Severity, is_fatal
 
 WINDOW_S_DEFAULT = 600.0
 CORDON_AFTER_DEFAULT = 3
@@ -64,6 +68,14 @@ class Decision:
     @property
     def acts(self) -> bool:
         return bool(self.hold or self.release or self.cordon or self.uncordon)
+
+
+FABRIC_KINDS = frozenset(k for k in Kind if k.name.startswith("FABRIC_"))
+
+
+def card_local(problem: Problem) -> bool:
+    """Whether a problem is the card's own, one these rules act on (not a fabric problem; see above)."""
+    return problem.kind not in FABRIC_KINDS
 
 
 def counts(severity: Severity) -> bool:

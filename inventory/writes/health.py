@@ -108,7 +108,7 @@ def new_events(
             message = str(xid.get("message") or "")
             what = f"Xid {code}" + (f": {message}" if message else "")
             out.append(_event(node, index, at, H.xid_severity(code, message), what[:WHAT_CHARS], code))
-        for problem in H.card_problems(entry):
+        for problem in filter(A.card_local, H.card_problems(entry)):
             if problem in before.get(index, set()) or (listed is not None and problem.kind is H.Kind.XID):
                 continue
             out.append(_event(node, index, now, H.severity(problem), _words(problem)[:WHAT_CHARS], problem.code))
@@ -143,7 +143,11 @@ def review(
             for e in CardHealthEvent.objects.filter(node=node)
         ]
         cards = entries if entries is not None else [{"index": g.index, **card_facts(g)} for g in node.gpus.all()]
-        showing = {c["index"]: H.worst(H.card_problems(c)) for c in cards if isinstance(c, Mapping) and "index" in c}
+        showing = {
+            c["index"]: H.worst([p for p in H.card_problems(c) if A.card_local(p)])
+            for c in cards
+            if isinstance(c, Mapping) and "index" in c
+        }
         holds = {h.gpu_index: h for h in CardHold.objects.filter(node=node)}
         fresh = Node.objects.get(pk=node.pk)
         if fresh.health_cordon and fresh.state != NodeState.CORDONED:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inventory import health_actions as A
-from inventory.health_rules import Severity
+from inventory.health_rules import Kind, Problem, Severity
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 S = A.Settings(window_s=600, cordon_after=3, clean_s=3600)
@@ -107,3 +107,10 @@ def test_a_health_cordon_is_lifted_after_a_clean_window_only():
     assert not A.decide(evs, {}, (), True, NOW, S).uncordon
     evs = [event(4000, 1, Severity.WARNING)]
     assert A.decide(evs, {}, (), True, NOW, S).uncordon
+
+
+def test_fabric_problems_are_left_to_the_nvlink_domain():
+    assert not A.card_local(Problem(Kind.FABRIC_NOT_REGISTERED))
+    assert not A.card_local(Problem(Kind.FABRIC_UNHEALTHY))
+    assert A.card_local(Problem(Kind.XID, 79)) and A.card_local(Problem(Kind.ECC_VOLATILE_UNCORRECTABLE))
+    assert {k for k in Kind if k.value.startswith("fabric") or "fabric" in k.value} == A.FABRIC_KINDS

@@ -139,3 +139,15 @@ def test_an_operators_cordon_is_not_lifted_by_health(monkeypatch):
     assert Node.objects.get(name="hgx-000").state == "draining", "a draining node is left draining"
     report(sim, now + timedelta(seconds=120))
     assert Node.objects.get(name="hgx-000").state == "draining"
+
+
+def test_a_tray_leaving_its_nvlink_domain_holds_no_card_the_domain_handles_it():
+    sims = fleet("gb200-nvl72:1")
+    tray = next(iter(sims.values()))
+    F.tray_leave(tray)
+    for gpu in tray.gpus:  # the words the agent's discovery gives a card that left (agent.discovery.gpus)
+        gpu["fabric"]["problems"] = ["fabric registration in progress", "fabric health: Unhealthy"]
+    report(tray)
+    assert Node.objects.get(name=tray.name).gpus.exclude(fabric_problems=[]).exists(), "the fabric problem is stored"
+    assert not CardHold.objects.exists() and not CardHealthEvent.objects.exists()
+    assert Node.objects.get(name=tray.name).state == "ready"
