@@ -134,6 +134,8 @@ def review(
     """Record the report's new events and act on the node's health; ``entries`` None: the cards as stored."""
     config = settings()
     with transaction.atomic():
+        # One review of a node at a time: two would both hold the same card.
+        fresh = Node.objects.select_for_update().get(pk=node.pk)
         if entries is not None:
             CardHealthEvent.objects.bulk_create(new_events(node, entries, before, now))
         keep_from = now - timedelta(seconds=max(config.window_s, config.clean_s))
@@ -149,7 +151,6 @@ def review(
             if isinstance(c, Mapping) and "index" in c
         }
         holds = {h.gpu_index: h for h in CardHold.objects.filter(node=node)}
-        fresh = Node.objects.get(pk=node.pk)
         if fresh.health_cordon and fresh.state != NodeState.CORDONED:
             # An operator changed the state since: the cordon is theirs now, not health's.
             Node.objects.filter(pk=node.pk).update(health_cordon="")

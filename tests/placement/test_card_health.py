@@ -7,15 +7,17 @@ and part of the node's detail.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from agent.simulator import fleet as F
 from core.models import AuditEntry, Finding
 from inventory.models import CardHealthEvent, CardHold, Node
-from inventory.writes import ingest
+from inventory.writes import health, ingest
 from observability import sweeps
 from placement import reads as placement_reads
 from placement.models import Replica, ReplicaState
@@ -151,3 +153,32 @@ def test_a_tray_leaving_its_nvlink_domain_holds_no_card_the_domain_handles_it():
     assert Node.objects.get(name=tray.name).gpus.exclude(fabric_problems=[]).exists(), "the fabric problem is stored"
     assert not CardHold.objects.exists() and not CardHealthEvent.objects.exists()
     assert Node.objects.get(name=tray.name).state == "ready"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_reports_at_once_hold_the_card_once():
+    sims = fleet("h100-hgx:1")
+    sim = sims["hgx-000"]
+    F.xid(sim, 6, 79)
+    node = Node.objects.get(name="hgx-000")
+    entries = sim.report()["gpus"]
+    before = health.problems_before(node)
+    errors, start = [], threading.Barrier(2)
+
+    def review() -> None:
+        try:
+            start.wait()
+            health.review(node, entries, before, timezone.now())
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=review) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert CardHold.objects.filter(gpu_index=6).count() == 1
+    assert AuditEntry.objects.filter(action="hold-card").count() == 1
