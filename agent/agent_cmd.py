@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import yaml
 
 from agent.client import ControlPlane, Registration
 from agent.collect import collect
+from agent.discovery import xids
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
@@ -144,11 +146,21 @@ class Discovery:
         self.fabrics = settings.fabrics
         self.address = settings.advertise_host
         self.sampler = LoadSampler()
+        self.xids: xids.RecentXids | None = None
+
+    def watch_xids(self, on_xid) -> threading.Event:
+        """Read Xids as they happen (NVML events, else /dev/kmsg); ``on_xid`` asks for a report. Set to stop."""
+        self.xids, stop = xids.start(use_nvml=self.sources.use_nvml, on_xid=on_xid)
+        return stop
 
     async def report(self) -> dict:
         from agent.discovery.report import build_report
 
         report = await asyncio.to_thread(build_report, self.sources, sampler=self.sampler)
+        if self.xids is not None:
+            self.xids.attach(report.get("gpus", []))
+            if self.xids.problem:
+                report.setdefault("problems", []).append(self.xids.problem)
         if self.fabrics is not None:
             report["fabrics"] = self.fabrics
         # The control plane takes an engine's endpoint only at this address.
@@ -194,9 +206,11 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         # The shards' weights are asked for again right before each deletion.
         on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, supervisor.weights_in_use),
     )
+    xids_stop = discovery.watch_xids(loop.request_report)
     try:
         await loop.run(stop)
     finally:
+        xids_stop.set()
         # Engines are children of this agent: they stop with it, gracefully.
         await supervisor.close()
         await plane.close()

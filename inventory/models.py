@@ -97,6 +97,10 @@ class Node(models.Model):
         default=False, help_text="Silent past its grace: what is placed here is considered gone."
     )
     shard_status = models.JSONField(default=list, blank=True, help_text="Shard states at the last heartbeat.")
+    health_cordon = models.TextField(
+        blank=True,
+        help_text="Why card health cordoned the node (inventory.health_actions); blank: it did not.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -358,3 +362,44 @@ class FleetEvent(models.Model):
     @property
     def open(self) -> bool:
         return self.ended_at is None
+
+
+class CardHealthEvent(models.Model):
+    """One health problem seen on one card of a node: an Xid, or a problem that appeared in a report.
+
+    Kept by node and card number, not by GPU row, so a card that drops out of a report (a lost
+    card often does) keeps its history. inventory.health_actions counts these; rows older than
+    the rules look back are deleted as new ones come.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
+    gpu_index = models.PositiveIntegerField()
+    at = models.DateTimeField(db_index=True)
+    severity = models.PositiveSmallIntegerField(help_text="inventory.health_rules.Severity: 0 info … 4 service.")
+    what = models.TextField(help_text='The problem in words ("Xid 79: GPU has fallen off the bus").')
+    xid = models.PositiveIntegerField(null=True, blank=True, help_text="The Xid code; NULL for other problems.")
+
+    class Meta:
+        ordering = ["node", "-at"]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} gpu {self.gpu_index}: {self.what}"
+
+
+class CardHold(models.Model):
+    """A card kept out of placement by its health (inventory.health_actions), its replicas moved off.
+
+    Lifted only once the card has been clean for the clean window; an operator can delete it.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="card_holds")
+    gpu_index = models.PositiveIntegerField()
+    since = models.DateTimeField()
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["node", "gpu_index"]
+        constraints = [models.UniqueConstraint(fields=["node", "gpu_index"], name="cardhold_one_per_card")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} gpu {self.gpu_index} held: {self.reason}"

@@ -115,6 +115,14 @@ GPU_FIELDS: dict[str, tuple[Check, str]] = {
     "ecc": (_dict, "an object"),
     "remapped_rows": (_dict, "an object"),
     "retired_pages": (_dict, "an object"),
+    "xids": (_list, "a list of objects"),
+}
+# Recent Xid events of a card (agent.discovery.xids): the code, when (Unix seconds), the driver's words.
+MAX_XIDS = 32
+XID_FIELDS: dict[str, tuple[Check, str]] = {
+    "code": _COUNT,
+    "at": (_number, "a number (Unix seconds)"),
+    "message": (_str, "a string"),
 }
 # Memory health (agent.discovery.gpus.memory_health): counters the driver keeps.
 ECC_COUNTER_FIELDS: dict[str, tuple[Check, str]] = {
@@ -286,6 +294,7 @@ def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
         if isinstance(gpu.get("fabric"), dict):
             _fields(gpu["fabric"], FABRIC_FIELDS, f"{where}.fabric", "gpus[].fabric", bounds, out)
         _memory_health(gpu, where, bounds, out)
+        _xids(gpu, where, bounds, out)
         index = gpu.get("index")
         if _nonneg_int(index):
             if index in seen:
@@ -296,6 +305,24 @@ def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
                 out.append(
                     f"{where}: a MIG instance has a parent and an index of {MIG_INDEX_BASE} or more; a card has neither"
                 )
+
+
+def _xids(gpu: dict, where: str, bounds: Bounds, out: list[str]) -> None:
+    """A card's recent Xid events: at most MAX_XIDS, each an object of code, time and words."""
+    xids = gpu.get("xids")
+    if not isinstance(xids, list):
+        return
+    if len(xids) > MAX_XIDS:
+        out.append(f"{where}.xids has {len(xids)} entries; at most {MAX_XIDS} are accepted")
+        return
+    for i, xid in enumerate(xids):
+        if not isinstance(xid, dict):
+            out.append(f"{where}.xids[{i}] must be an object")
+            continue
+        for key in ("code", "at"):
+            if key not in xid:
+                out.append(f"{where}.xids[{i}] has no {key}")
+        _fields(xid, XID_FIELDS, f"{where}.xids[{i}]", "gpus[].xids[]", bounds, out)
 
 
 def _memory_health(gpu: dict, where: str, bounds: Bounds, out: list[str]) -> None:

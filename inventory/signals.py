@@ -87,3 +87,7 @@ reachability_changed = Signal()
 # An operator set a node's state (inventory.writes.states.set_node_state); sent after it is stored.
 # Arguments: ``name``, the node's name.
 node_state_changed = Signal()
+
+# Card health held or released cards of a node (inventory.writes.health); sent after it is stored.
+# Arguments: ``name``, the node's name. Placement moves replicas off held cards.
+card_holds_changed = Signal()

@@ -13,6 +13,9 @@ What a sweep looks for (kind: subject):
 - ``gpu_memory_rising``: ``<node>/gpu <label>`` — a card whose memory error counters (aggregate
   ECC, remapped rows, retired pages) rose at its last change, within a day of it
   (inventory.health_rules.rising); a settled counter is no finding;
+- ``gpu_held``: ``<node>/gpu <label>`` — card health holds the card (a fatal problem, not yet
+  clean for the clean window): out of placement, its replicas moved (inventory.health_actions);
+- ``node_health_cordoned``: a node — card health cordoned it after repeated problems;
 - ``node_silent``: a node — unreachable past the grace, or lost;
 - ``model_parked``: a model — parked after failing every start;
 - ``partition``: a group (the fleet, a fabric, ``rack=…``) — more than a share of
@@ -45,7 +48,7 @@ from core.models import Finding, Severity
 from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
-from inventory.models import GPU, Node, NVLinkDomain
+from inventory.models import GPU, CardHold, Node, NVLinkDomain
 from inventory.reads.partitions import active as active_partitions
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
@@ -97,6 +100,8 @@ class Fleet:
     fabric_report: fabrics.FabricReport | None = None
     parked: list[tuple[str, datetime, str]] = field(default_factory=list)
     partitions: list[dict] = field(default_factory=list)
+    holds: list[tuple[str, int, datetime, str]] = field(default_factory=list)  # node, card, since, reason
+    health_cordons: list[tuple[str, str]] = field(default_factory=list)  # node, reason
 
 
 # --- loading (the only queries) -------------------------------------------------------------------------------------
@@ -143,6 +148,8 @@ def load(now: datetime) -> Fleet:
             )
         )
     fleet.fabric_report = analyze_inventory(now)
+    fleet.holds = list(CardHold.objects.values_list("node__name", "gpu_index", "since", "reason"))
+    fleet.health_cordons = list(Node.objects.exclude(health_cordon="").values_list("name", "health_cordon"))
     fleet.parked = list(
         CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
     )
@@ -306,6 +313,31 @@ def memory_rising(fleet: Fleet, now: datetime) -> list[Found]:
     return found
 
 
+def health_actions(fleet: Fleet) -> list[Found]:
+    """What card health did and has not undone yet: held cards, cordoned nodes (inventory.health_actions)."""
+    found = [
+        Found(
+            "gpu_held",
+            f"{node}/gpu {mig_label(index)}",
+            f"gpu {mig_label(index)} on {node} is held since {since:%Y-%m-%d %H:%M:%S %Z}: {reason}. It takes no "
+            "work and its replicas are moved; it is released once clean for the clean window (LLMGW_HEALTH_CLEAN_S).",
+            CRITICAL,
+        )
+        for node, index, since, reason in sorted(fleet.holds)
+    ]
+    found += [
+        Found(
+            "node_health_cordoned",
+            node,
+            f"{node} is cordoned by card health: {reason}. Uncordoned once clean for the clean window, "
+            "or by an operator.",
+            CRITICAL,
+        )
+        for node, reason in sorted(fleet.health_cordons)
+    ]
+    return found
+
+
 def silent_nodes(fleet: Fleet) -> list[Found]:
     found = []
     for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
@@ -364,6 +396,7 @@ def find(fleet: Fleet, now: datetime) -> list[Found]:
             *sm_changed(fleet, now),
             *unhealthy_gpus(fleet),
             *memory_rising(fleet, now),
+            *health_actions(fleet),
             *silent_nodes(fleet),
             *parked_models(fleet),
             *partitioned_groups(fleet),

@@ -98,6 +98,9 @@ class _Planner:
         self.models = {m.name: m for m in sorted(snapshot.models, key=lambda m: m.name)}
         self.replicas = sorted(snapshot.replicas, key=lambda r: r.id)
         self.node_state = {n.name: n.state for n in snapshot.nodes}
+        self.held = _held_cards(snapshot.nodes)
+        # Replica id → why it moves when that is a held card rather than a draining node.
+        self.why_moving: dict[str, str] = {}
         self.now = snapshot.now
         self.room = Room(snapshot.nodes, self.replicas, self._cpu_mb)
         self.create: list[NewReplica] = []
@@ -114,7 +117,16 @@ class _Planner:
         return memory_mb(profile) if profile is not None and profile.gpu_class == CPU_CLASS else 0
 
     def _draining_node(self, replica: ReplicaInfo) -> str | None:
-        return next((s.node for s in replica.shards if self.node_state.get(s.node) == DRAINING), None)
+        """The node a replica must leave: a draining one, or one where card health holds a card it uses."""
+        node = next((s.node for s in replica.shards if self.node_state.get(s.node) == DRAINING), None)
+        if node is not None:
+            return node
+        for s in replica.shards:
+            held = next((self.held[(s.node, g)] for g in s.gpus if (s.node, g) in self.held), None)
+            if held is not None:
+                self.why_moving[replica.id] = f"a card it uses on node {s.node} is held: {held}"
+                return s.node
+        return None
 
     def run(self) -> Plan:
         by_model: dict[str, list[ReplicaInfo]] = {}
@@ -171,9 +183,11 @@ class _Planner:
     def _move(self, model: ModelInfo, old: ReplicaInfo, node: str) -> None:
         replica = self._place(model)
         if replica is not None:
-            self.replace.append(Replacement(old_replica_id=old.id, new=replica, reason=f"node {node} is draining"))
+            why = self.why_moving.get(old.id, f"node {node} is draining")
+            self.replace.append(Replacement(old_replica_id=old.id, new=replica, reason=why))
             return
-        reason = f"replica {old.id} on draining node {node} has nowhere to move, so it keeps running"
+        where = "a held card of" if old.id in self.why_moving else "draining node"
+        reason = f"replica {old.id} on {where} {node} has nowhere to move, so it keeps running"
         self.rejections.setdefault(model.name, []).insert(0, Rejection(profile="", pool=None, node=node, reason=reason))
 
     def _fill(self, rnd: ModelRound, wanted: int) -> None:
@@ -184,6 +198,18 @@ class _Planner:
                 return
             self.create.append(replica)
             rnd.count += 1
+
+
+def _held_cards(nodes: tuple[NodeInfo, ...]) -> dict[tuple[str, int], str]:
+    """(node, GPU index) → why card health holds it; a held card's MIG instances are held with it."""
+    out: dict[tuple[str, int], str] = {}
+    for n in nodes:
+        cards = {g.index: g.held for g in n.gpus if g.held is not None}
+        for g in n.gpus:
+            reason = g.held or (cards.get(g.parent) if g.parent is not None else None)
+            if reason is not None:
+                out[(n.name, g.index)] = reason
+    return out
 
 
 def _refused(profile: ProfileSpec) -> bool:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from catalog.models import CatalogModel, Profile
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
-from inventory.models import GPU, Node, NVLinkDomain
+from inventory.models import GPU, CardHold, Node, NVLinkDomain
 from placement.models import Demand, Replica
 from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ReplicaInfo, ShardInfo, Snapshot
 
@@ -68,6 +68,10 @@ def _nodes(report: FabricReport | None) -> tuple[list[NodeInfo], dict[str, int]]
         if g.parent_index is not None:
             mig_cards[g.node_id].add(g.parent_index)
     fabrics = node_fabrics(report)
+    holds = dict(((h.node_id, h.gpu_index), h.reason) for h in CardHold.objects.filter(node__lost=False))
+    if holds:
+        for node_pk, gpus in gpus_by_node.items():
+            gpus[:] = [replace(g, held=holds.get((node_pk, g.index))) for g in gpus]
     out = []
     for n in rows:
         out.append(node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name)))

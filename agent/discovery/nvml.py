@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,6 +150,10 @@ class NvmlApi(Protocol):
     def utilization_pct(self, handle: Any) -> int: ...
     def process_pids(self, handle: Any) -> list[int]: ...
     def nvlink_p2p(self, handle: Any, other: Any) -> bool: ...
+    # Xid events (agent.discovery.xids.watch_nvml): a set registered on every card, waited on.
+    def xid_event_set(self, handles: list[Any]) -> Any: ...
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> tuple[str, int] | None: ...
+    def free_event_set(self, event_set: Any) -> None: ...
 
 
 # ---------------------------------------------------------------------------
@@ -327,6 +332,37 @@ class PynvmlApi:
         status = self._call(pynvml.nvmlDeviceGetP2PStatus, handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
         return int(status) == pynvml.NVML_P2P_STATUS_OK
 
+    def xid_event_set(self, handles: list[Any]) -> Any:
+        """nvmlEventSetCreate, then nvmlDeviceRegisterEvents(XidCriticalError) on each card that allows it.
+
+        Raises NOT_SUPPORTED when no card does (a driver or a card without events): the kernel log is read then.
+        """
+        event_set = self._call(pynvml.nvmlEventSetCreate)
+        registered = 0
+        for handle in handles:
+            try:
+                self._call(pynvml.nvmlDeviceRegisterEvents, handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                registered += 1
+            except pynvml.NVMLError:
+                continue  # this card refuses (MIG mode on some drivers); the others may not
+        if not registered:
+            self.free_event_set(event_set)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return event_set
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> tuple[str, int] | None:
+        """One Xid: the card's PCI bus id and the code (nvmlEventSetWait_v2); None when none came in time."""
+        try:
+            data = self._call(pynvml.nvmlEventSetWait_v2, event_set, timeout_ms)
+        except pynvml.NVMLError_Timeout:
+            return None
+        if int(data.eventType) != pynvml.nvmlEventTypeXidCriticalError:
+            return None
+        return self.pci_bus_id(data.device), int(data.eventData)
+
+    def free_event_set(self, event_set: Any) -> None:
+        self._call(pynvml.nvmlEventSetFree, event_set)
+
 
 # ---------------------------------------------------------------------------
 # the fake, fed from a capture
@@ -410,6 +446,10 @@ class FakeNvml:
         self.log = log
         self.listing = listing
         self.initialised = False
+        # Xid events: (card index, code) the fake driver will report, and whether it allows events at all.
+        self.xid_queue: list[tuple[int, int]] = []
+        self.events_supported = True
+        self.event_sets_open = 0
 
     # -- system
     def init(self) -> None:
@@ -640,6 +680,22 @@ class FakeNvml:
 
     def nvlink_p2p(self, handle: Any, other: Any) -> bool:
         raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # -q -x says nothing about NVLink peers
+
+    def xid_event_set(self, handles: list[Any]) -> Any:
+        if not self.events_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self.event_sets_open += 1
+        return object()
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> tuple[str, int] | None:
+        if not self.xid_queue:
+            time.sleep(min(timeout_ms, 10) / 1000)  # a short wait, as NVML's would be, then nothing
+            return None
+        index, code = self.xid_queue.pop(0)
+        return self.pci_bus_id(_Card(index)), code
+
+    def free_event_set(self, event_set: Any) -> None:
+        self.event_sets_open -= 1
 
 
 # ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from functools import cache
@@ -349,6 +350,47 @@ def degrade(node: SimNode, gpu_index: int) -> None:
 def gpu_lost(node: SimNode, gpu_index: int) -> None:
     gpu = _gpu(node, gpu_index)
     gpu["health"] = ["lost by the driver (GPU is lost); reboot the node"]
+    node.version += 1
+
+
+# What the driver says with each Xid the simulator is asked for most (NVIDIA's Xid catalogue).
+XID_WORDS = {
+    13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
+    31: "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x0_00000000.",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    74: "NVLink: fatal error detected on link 0(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate detected",
+    94: "Contained: SM (0x1). RST: No, D-RST: No",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP!",
+}
+MAX_XIDS = 32  # what a report carries per card (inventory.report_schema.MAX_XIDS)
+
+
+def xid(node: SimNode, gpu_index: int, code: int, at: float | None = None) -> None:
+    """One Xid on one card: in its recent Xids (as the agent reads them) and in its health words."""
+    gpu = _gpu(node, gpu_index)
+    message = XID_WORDS.get(code, "simulated")
+    events = [*gpu.get("xids", []), {"code": code, "at": time.time() if at is None else at, "message": message}]
+    gpu["xids"] = events[-MAX_XIDS:]
+    count = sum(1 for e in events if e["code"] == code)
+    times = f" ({count} times)" if count > 1 else ""
+    words = [w for w in gpu.get("health", []) if not w.startswith(f"Xid {code} ")]
+    gpu["health"] = [*words, f"Xid {code}{times} in the kernel log, last: {message}"]
+    node.version += 1
+
+
+def ecc(node: SimNode, gpu_index: int) -> None:
+    """One uncorrectable DRAM ECC error on one card: volatile (since the reset) and aggregate counters rise."""
+    gpu = _gpu(node, gpu_index)
+    counters = ("sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable")
+    ecc_facts = gpu.setdefault("ecc", {})
+    for section in ("volatile", "aggregate"):
+        block = ecc_facts.setdefault(section, {})
+        for name in counters:
+            block.setdefault(name, 0)
+        block["dram_uncorrectable"] += 1
     node.version += 1
 
 

@@ -249,8 +249,18 @@ class Simulation:
         F.gpu_lost(node, gpu)
         self._changed(node)
 
+    def xid(self, name: str, gpu: int, code: int) -> None:
+        node = self.node(name)
+        F.xid(node, gpu, code)
+        self._changed(node)
+
+    def ecc(self, name: str, gpu: int) -> None:
+        node = self.node(name)
+        F.ecc(node, gpu)
+        self._changed(node)
+
     def apply(self, command: str) -> str:
-        """A fault written as text: ``tray-leave NODE``, ``fm-restart RACK [SECONDS]``, ``gpu-lost NODE GPU``…"""
+        """A fault written as text: ``tray-leave NODE``, ``fm-restart RACK [SECONDS]``, ``xid NODE GPU CODE``…"""
         words = command.split()
         if not words:
             return ""
@@ -266,12 +276,17 @@ class Simulation:
             "degrade": (self.degrade, 2),
             "gpu-lost": (self.gpu_lost, 2),
             "mislabel": (self.mislabel, 2),
+            "xid": (self.xid, 3),
+            "ecc": (self.ecc, 2),
         }
         if verb not in actions:
             raise F.FaultError(f"unknown fault {verb!r}; one of {', '.join(sorted(actions))}")
         action, most = actions[verb]
-        if not 1 <= len(args) <= most:
-            raise F.FaultError(f"{verb} takes {'a target' if most == 1 else 'a target and a number'}")
+        least = 3 if verb == "xid" else 1
+        if not least <= len(args) <= most:
+            raise F.FaultError(
+                f"{verb} takes {_ARGUMENTS.get(verb) or ('a target' if most == 1 else 'a target and a number')}"
+            )
         if verb == "mislabel":
             converted = list(args)
         else:
@@ -279,3 +294,6 @@ class Simulation:
 
         action(*converted)
         return f"{verb} {' '.join(args)}: done"
+
+
+_ARGUMENTS = {"xid": "a node, a GPU and an Xid code (xid NODE GPU CODE)", "ecc": "a node and a GPU (ecc NODE GPU)"}

@@ -148,6 +148,23 @@ class NodeShardSerializer(s.Serializer):
     error = s.CharField(required=False)
 
 
+class HeldGPUSerializer(s.Serializer):
+    """A card that card health holds out of placement (inventory.health_actions)."""
+
+    gpu = s.IntegerField()
+    since = s.DateTimeField()
+    reason = s.CharField(help_text="The fatal problem, in words.")
+
+
+class HealthActionSerializer(s.Serializer):
+    """One thing card health did on the node, from the audit log."""
+
+    at = s.DateTimeField()
+    action = s.CharField(help_text="hold-card, release-card, cordon or uncordon.")
+    target = s.CharField(help_text="The node, or '<node> gpu <index>'.")
+    reason = s.CharField(allow_blank=True)
+
+
 class NodeDetailSerializer(NodeSerializer):
     gpus = GPUSerializer(many=True)
     shards = NodeShardSerializer(many=True)
@@ -155,6 +172,9 @@ class NodeDetailSerializer(NodeSerializer):
     disks = s.ListField(child=s.JSONField(), required=False)
     weights = s.ListField(child=s.JSONField(), required=False)
     imex_nodes = s.ListField(child=s.JSONField(), required=False)
+    held_gpus = HeldGPUSerializer(many=True, help_text="Cards card health holds out of placement.")
+    health_cordon = s.CharField(required=False, help_text="Why card health cordoned the node; absent: it did not.")
+    health_actions = HealthActionSerializer(many=True, help_text="What card health did here, newest first.")
 
 
 class NodeStateRequestSerializer(s.Serializer):

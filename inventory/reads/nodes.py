@@ -20,12 +20,14 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
+from core.models import AuditEntry
 from inventory import devices
 from inventory.devices import mig_label
 from inventory.fabrics import ERROR_COUNTERS, describe_key, fabric_id
-from inventory.models import GPU, IBPort, Node, NVLinkDomain
+from inventory.models import GPU, CardHold, IBPort, Node, NVLinkDomain
 
 # A load reading older than this is not shown as current: unknown, not idle.
 LOAD_FRESH = timedelta(minutes=1)
@@ -173,7 +175,27 @@ def node_detail(
     _put(view, "weights", node.weights)
     _put(view, "imex_nodes", node.imex_nodes)
     view["problems"] = list(node.problems or [])
+    view["held_gpus"] = [
+        {"gpu": h.gpu_index, "since": h.since.isoformat(), "reason": h.reason}
+        for h in CardHold.objects.filter(node=node).order_by("gpu_index")
+    ]
+    _put(view, "health_cordon", node.health_cordon or None)
+    view["health_actions"] = health_actions(node)
     return view
+
+
+HEALTH_ACTOR = "health"  # inventory.writes.health's actor in the audit log
+
+
+def health_actions(node: Node, limit: int = 50) -> list[dict[str, Any]]:
+    """What card health did on a node (held, released cards; cordoned, uncordoned), newest first."""
+    rows = AuditEntry.objects.filter(
+        Q(target=node.name) | Q(target__startswith=f"{node.name} gpu "), actor=HEALTH_ACTOR
+    ).order_by("-at", "-pk")[:limit]
+    return [
+        {"at": r.at.isoformat(), "action": r.action, "target": r.target, "reason": (r.detail or {}).get("reason", "")}
+        for r in rows
+    ]
 
 
 def _node_view(

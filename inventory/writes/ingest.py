@@ -25,6 +25,7 @@ from django.db import transaction
 from agent.protocol import report_digest
 from inventory import nvlink_rules
 from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
+from inventory.writes import health
 
 
 @dataclass
@@ -270,6 +271,8 @@ def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
         result.unchanged = True
         Node.objects.filter(pk=node.pk).update(**liveness)
         result.writes = 1
+        if health.needs_review(node):
+            health.review(node, None, {}, now)  # a clean window may have ended since
         return result
     columns = node_columns(report)
     result.node_fields = [name for name, value in columns.items() if getattr(node, name) != value]
@@ -278,7 +281,9 @@ def ingest_report(node: Node, report: dict, now: datetime) -> IngestResult:
     node.save(update_fields=[*result.node_fields, *liveness, "report_digest"])
     result.writes += 1
     if "gpus" in report:
+        before = health.problems_before(node)
         _sync_gpus(node, report["gpus"], result, now)
+        health.review(node, report["gpus"], before, now)
     if "ib_ports" in report:
         _sync_ports(node, report["ib_ports"], now, result, declared_by_hca(report.get("fabrics")))
 

@@ -188,9 +188,23 @@ def node(client: Client, console: Console, args) -> object:
         for s in n["shards"]:
             t.add_row(s["id"], s["model"], ",".join(s["gpus"]), s["state"], s.get("error", ""))
         console.print(t)
+    _health(console, n)
     for line in n.get("problems", []) + n.get("warnings", []):
         console.print(show.markup("[yellow]{}[/]", line))
     return None
+
+
+def _health(console: Console, n: dict) -> None:
+    """What card health holds and did on the node (absent from an older control plane's answer)."""
+    if n.get("health_cordon"):
+        console.print(show.markup("[red]cordoned by card health:[/] {}", n["health_cordon"]))
+    for h in n.get("held_gpus", []):
+        console.print(show.markup("[red]gpu {} held[/] since {}: {}", h["gpu"], h["since"], h["reason"]))
+    if n.get("health_actions"):
+        t = show.table("WHEN", "ACTION", "TARGET", "REASON", title="card health actions")
+        for a in n["health_actions"]:
+            t.add_row(a["at"], a["action"], a["target"], a["reason"])
+        console.print(t)
 
 
 def _nvlink_matrix(console: Console, gpus: list[dict]) -> None:

@@ -124,15 +124,15 @@ def _stock(gpus: tuple[GpuInfo, ...]) -> tuple[dict[str, ClassStock], list[tuple
             st.placeable.append(g)
             continue
         st.held[why] = st.held.get(why, 0) + 1
-        if why == "unhealthy" and g.problems and len(st.held_examples) < 2:
-            st.held_examples.append(f"gpu {gpu_label(g.index)}: {g.problems[0]}")
+        if why == "unhealthy" and (g.held or g.problems) and len(st.held_examples) < 2:
+            st.held_examples.append(f"gpu {gpu_label(g.index)}: {g.held or g.problems[0]}")
         if why == "in MIG mode with no instances":
             empty_mig.append((g.gpu_class, g.index))
     return stock, empty_mig
 
 
 def _held_back(g: GpuInfo, parents: set[int]) -> str | None:
-    if not g.healthy:
+    if g.held is not None or not g.healthy:
         return "unhealthy"
     if g.parent is None and g.index in parents:
         # A card in MIG mode is placed only through its instances.

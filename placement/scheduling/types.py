@@ -54,6 +54,9 @@ class GpuInfo:
     ``domain`` is the multi-node NVLink domain (``ClusterUUID/CliqueId``) the
     card has joined, None when it has joined none — including a single
     machine's NVSwitch, which reports an all-zero ClusterUUID.
+
+    ``held`` is why card health holds the card (inventory.health_actions), None when it does
+    not: a held card takes nothing new, and a replica on it is moved, replacement first.
     """
 
     index: int
@@ -61,6 +64,7 @@ class GpuInfo:
     uuid: str = ""
     healthy: bool = True
     problems: tuple[str, ...] = ()
+    held: str | None = None
     numa: int | None = None
     nvlink_peers: frozenset[int] | None = None
     parent: int | None = None

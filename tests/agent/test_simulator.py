@@ -10,6 +10,8 @@ import pytest
 
 from agent.simulator import fleet as F
 from agent.simulator.runner import Simulation
+from inventory.bounds import report_bounds
+from inventory.report_schema import report_problems
 from tests.core.test_serve import Server
 
 
@@ -69,6 +71,21 @@ def test_faults_change_what_a_node_reports():
     assert tray.report()["gpus"][1]["health"]
     with pytest.raises(F.FaultError):
         F.gpu_lost(tray, 9)
+
+
+def test_xid_and_ecc_faults_report_what_the_agent_would_and_pass_the_schema():
+    node = F.build_fleet("h100-hgx:1")[0]
+    F.xid(node, 3, 79, at=1_780_000_000.0)
+    F.xid(node, 3, 79, at=1_780_000_001.0)
+    F.ecc(node, 5)
+    gpus = node.report()["gpus"]
+    assert [x["code"] for x in gpus[3]["xids"]] == [79, 79]
+    assert gpus[3]["health"] == ["Xid 79 (2 times) in the kernel log, last: GPU has fallen off the bus."]
+    assert gpus[5]["ecc"]["volatile"]["dram_uncorrectable"] == 1
+    assert report_problems(node.report(), report_bounds()) == []
+    for _ in range(40):
+        F.xid(node, 0, 13)
+    assert len(node.report()["gpus"][0]["xids"]) == F.MAX_XIDS
 
 
 class Inventory:

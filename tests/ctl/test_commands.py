@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from agent.simulator import fleet as F
 from catalog.models import CapacityMeasurement
 from core.models import ApiToken, AuditEntry
 from inventory import reachability
@@ -16,7 +17,7 @@ from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
 from placement.writes import load
 from placement.writes.reconciler import reconcile
-from tests.api.fleet import add_model, ingest_fleet, place
+from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +58,22 @@ def test_nodes_and_one_node(ctl, fleet):
     assert code == 0 and "14/16" not in out and "6/8 h100-80g" in out and "4/4 a100-80g-mig-1g.20gb" in out
     code, out, _ = ctl("node", "hgx-000")
     assert code == 0 and "mlx5_0 (PIX)" in out and "NVLink" in out and "llama-8b#" in out
+
+
+def test_one_node_lists_what_card_health_did(ctl, fleet, monkeypatch):
+    monkeypatch.setenv("LLMGW_HEALTH_CORDON_AFTER", "2")
+    (sim,) = [s for s in F.build_fleet("h100-hgx:2@north") if s.name == "hgx-001"]  # the fixture's machine
+    for _ in range(2):
+        F.xid(sim, 2, 79)
+        ingest(sim)
+    code, out, _ = ctl("node", "hgx-001")
+    assert code == 0
+    assert "gpu 2 held" in out and "Xid 79: GPU has fallen off the bus." in out
+    assert "cordoned by card health: 2 card health problems" in out
+    assert "hold-card" in out and "cordon" in out
+    answer = json.loads(ctl("node", "hgx-001", "--json")[1])
+    assert [a["action"] for a in answer["health_actions"]] == ["cordon", "hold-card"]
+    assert answer["held_gpus"][0]["gpu"] == 2 and answer["state"] == "cordoned"
 
 
 def test_replicas_show_a_download_with_its_progress(ctl, fleet):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from placement.scheduler import plan
@@ -154,6 +155,30 @@ def test_a_draining_node_gets_a_replacement_planned_before_anything_stops():
     assert move.old_replica_id == "r1"
     assert move.new.nodes == ("new",)
     assert move.reason == "node old is draining"
+
+
+def _hold(node, index: int, reason: str):
+    gpus = tuple(replace(g, held=reason) if g.index == index else g for g in node.gpus)
+    return replace(node, gpus=gpus)
+
+
+def test_a_replica_on_a_held_card_is_moved_replacement_first_and_nothing_lands_on_the_card():
+    m = model("m", profile(gpus=4))
+    nodes = [_hold(hgx_h100("sick"), 2, "Xid 79: GPU has fallen off the bus."), hgx_h100("other", cards=0)]
+    p = plan(snapshot(nodes, [m], [replica("r1", m, ("sick", range(4)))]))
+    assert p.stop == () and p.create == ()
+    [move] = p.replace
+    assert move.old_replica_id == "r1"
+    assert move.new.nodes == ("sick",) and 2 not in move.new.shards[0].gpus, "the node's other cards serve"
+    assert move.reason == "a card it uses on node sick is held: Xid 79: GPU has fallen off the bus."
+
+
+def test_a_held_card_with_nowhere_to_move_keeps_its_replica_running_and_says_so():
+    m = model("m", profile(gpus=8))
+    nodes = [_hold(hgx_h100("sick"), 0, "Xid 48")]
+    p = plan(snapshot(nodes, [m], [replica("r1", m, ("sick", range(8)))]))
+    assert p.stop == p.replace == ()
+    assert "sick: replica r1 on a held card of sick has nowhere to move, so it keeps running" in reasons(p, "m")
 
 
 def test_while_the_replacement_starts_the_old_replica_keeps_serving():

@@ -1,0 +1,188 @@
+"""Card health that acts: record each report's new problems, and apply inventory.health_actions' decision.
+
+Called by ingest for every full report (changed or not, so that a clean window can end
+without the report changing). The decision is the pure module's; this module only reads its
+inputs from the rows and writes its outputs:
+
+* a card held (a :class:`~inventory.models.CardHold`): placement keeps it out and moves any
+  replica on it elsewhere, replacement first (``inventory.signals.card_holds_changed``);
+* a node cordoned with the reason (``set_node_state``, actor ``health``; ``Node.health_cordon``);
+* either undone once the card or the node has been clean for the clean window.
+
+Each action is an audit row (actor ``health``); observability's sweep makes each hold and
+health cordon a finding while it lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from core.models import AuditEntry
+from inventory import health_actions as A
+from inventory import health_rules as H
+from inventory import signals
+from inventory.models import GPU, CardHealthEvent, CardHold, Node, NodeState
+from inventory.reads.nodes import HEALTH_ACTOR
+from inventory.writes.states import set_node_state
+
+log = logging.getLogger(__name__)
+ACTOR = HEALTH_ACTOR  # the audit rows ctl node lists (inventory.reads.nodes.health_actions)
+WHAT_CHARS = 300  # an event's words as stored; the driver's messages are a line
+
+
+def _env_number(name: str, default: float, low: float) -> float:
+    try:
+        return max(low, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def settings() -> A.Settings:
+    """The rules' settings from ``LLMGW_HEALTH_WINDOW_S``, ``LLMGW_HEALTH_CORDON_AFTER``, ``LLMGW_HEALTH_CLEAN_S``."""
+    return A.Settings(
+        window_s=_env_number("LLMGW_HEALTH_WINDOW_S", A.WINDOW_S_DEFAULT, 1.0),
+        cordon_after=int(_env_number("LLMGW_HEALTH_CORDON_AFTER", A.CORDON_AFTER_DEFAULT, 1)),
+        clean_s=_env_number("LLMGW_HEALTH_CLEAN_S", A.CLEAN_S_DEFAULT, 0.0),
+    )
+
+
+def card_facts(gpu: GPU) -> dict[str, Any]:
+    """A GPU row's health columns in a report entry's shape (what health_rules.card_problems reads)."""
+    return {
+        "health": gpu.health,
+        "ecc": gpu.ecc,
+        "remapped_rows": gpu.remapped_rows,
+        "retired_pages": gpu.retired_pages,
+        "fabric": {"problems": gpu.fabric_problems},
+    }
+
+
+def problems_before(node: Node) -> dict[int, set[H.Problem]]:
+    """Each stored card's problems, read before a report replaces them."""
+    return {g.index: set(H.card_problems(card_facts(g))) for g in GPU.objects.filter(node=node)}
+
+
+def _words(problem: H.Problem) -> str:
+    if problem.kind is H.Kind.XID:
+        return f"Xid {problem.code}" + (f": {problem.message}" if problem.message else "")
+    return str(problem.kind) + (f": {problem.message}" if problem.message else "")
+
+
+def _xid_time(value: Any, now: datetime) -> datetime:
+    try:
+        at = datetime.fromtimestamp(float(value), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return now
+    return min(at, now)  # a clock ahead of ours does not date a problem in the future
+
+
+def new_events(
+    node: Node, entries: Iterable[Mapping[str, Any]], before: Mapping[int, set[H.Problem]], now: datetime
+) -> list[CardHealthEvent]:
+    """The events a report brings: each Xid it lists not stored yet, and each other problem that appeared.
+
+    A card that lists its Xids (``xids``) is counted from them, one event per Xid; for a card
+    from an older agent, an Xid in its health words counts once, when it appears.
+    """
+    stored = set(CardHealthEvent.objects.filter(node=node, xid__isnull=False).values_list("gpu_index", "xid", "at"))
+    out: list[CardHealthEvent] = []
+    for entry in entries:
+        index = entry.get("index")
+        if not isinstance(index, int):
+            continue
+        listed = entry.get("xids") if isinstance(entry.get("xids"), list) else None
+        for xid in listed or []:
+            code = xid.get("code") if isinstance(xid, dict) else None
+            if not isinstance(code, int):
+                continue
+            at = _xid_time(xid.get("at"), now)
+            if (index, code, at) in stored:
+                continue
+            stored.add((index, code, at))
+            message = str(xid.get("message") or "")
+            what = f"Xid {code}" + (f": {message}" if message else "")
+            out.append(_event(node, index, at, H.xid_severity(code, message), what[:WHAT_CHARS], code))
+        for problem in filter(A.card_local, H.card_problems(entry)):
+            if problem in before.get(index, set()) or (listed is not None and problem.kind is H.Kind.XID):
+                continue
+            out.append(_event(node, index, now, H.severity(problem), _words(problem)[:WHAT_CHARS], problem.code))
+    return out
+
+
+def _event(node: Node, index: int, at: datetime, severity: H.Severity, what: str, xid: int | None) -> CardHealthEvent:
+    return CardHealthEvent(node=node, gpu_index=index, at=at, severity=int(severity), what=what, xid=xid)
+
+
+def needs_review(node: Node) -> bool:
+    """Whether an unchanged report can still change something: a hold, a health cordon or events to age."""
+    return (
+        bool(node.health_cordon)
+        or CardHealthEvent.objects.filter(node=node).exists()
+        or (CardHold.objects.filter(node=node).exists())
+    )
+
+
+def review(
+    node: Node, entries: list[Mapping[str, Any]] | None, before: Mapping[int, set[H.Problem]], now: datetime
+) -> A.Decision:
+    """Record the report's new events and act on the node's health; ``entries`` None: the cards as stored."""
+    config = settings()
+    with transaction.atomic():
+        # One review of a node at a time: two would both hold the same card.
+        fresh = Node.objects.select_for_update().get(pk=node.pk)
+        if entries is not None:
+            CardHealthEvent.objects.bulk_create(new_events(node, entries, before, now))
+        keep_from = now - timedelta(seconds=max(config.window_s, config.clean_s))
+        CardHealthEvent.objects.filter(node=node, at__lt=keep_from).delete()
+        events = [
+            A.Event(at=e.at, gpu=e.gpu_index, severity=H.Severity(min(e.severity, H.Severity.SERVICE)), what=e.what)
+            for e in CardHealthEvent.objects.filter(node=node)
+        ]
+        cards = entries if entries is not None else [{"index": g.index, **card_facts(g)} for g in node.gpus.all()]
+        showing = {
+            c["index"]: H.worst([p for p in H.card_problems(c) if A.card_local(p)])
+            for c in cards
+            if isinstance(c, Mapping) and "index" in c
+        }
+        holds = {h.gpu_index: h for h in CardHold.objects.filter(node=node)}
+        if fresh.health_cordon and fresh.state != NodeState.CORDONED:
+            # An operator changed the state since: the cordon is theirs now, not health's.
+            Node.objects.filter(pk=node.pk).update(health_cordon="")
+            fresh.health_cordon = ""
+        decision = A.decide(events, showing, set(holds), bool(fresh.health_cordon), now, config)
+        _apply(fresh, decision, holds, now)
+    return decision
+
+
+def _apply(node: Node, decision: A.Decision, holds: Mapping[int, CardHold], now: datetime) -> None:
+    for gpu, reason in decision.hold.items():
+        CardHold.objects.create(node=node, gpu_index=gpu, since=now, reason=reason)
+        AuditEntry.record(ACTOR, "hold-card", f"{node.name} gpu {gpu}", {"reason": reason})
+    for gpu in decision.release:
+        held = holds[gpu]
+        held.delete()
+        detail = {"held_since": held.since.isoformat(), "reason": held.reason}
+        AuditEntry.record(ACTOR, "release-card", f"{node.name} gpu {gpu}", detail)
+    if decision.hold or decision.release:
+        name = node.name
+        transaction.on_commit(lambda: _send_holds_changed(name))
+    if decision.cordon and node.state == NodeState.READY:
+        # Only a ready node: a draining one is already being emptied, a cordoned one is the operator's.
+        set_node_state(node.name, "cordon", actor=ACTOR, detail={"reason": decision.cordon})
+        Node.objects.filter(pk=node.pk).update(health_cordon=decision.cordon)
+    if decision.uncordon:
+        Node.objects.filter(pk=node.pk).update(health_cordon="")
+        set_node_state(node.name, "uncordon", actor=ACTOR, detail={"reason": "clean for the clean window"})
+
+
+def _send_holds_changed(name: str) -> None:
+    """Tell placement (which moves replicas off held cards); a receiver that fails never fails the report."""
+    for receiver, result in signals.card_holds_changed.send_robust(sender=Node, name=name):
+        if isinstance(result, Exception):
+            log.error("%r failed on card_holds_changed(%r)", receiver, name, exc_info=result)
