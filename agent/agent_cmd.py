@@ -30,6 +30,7 @@ from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
 from agent.scan import run_scan
+from agent.supervisor.prefetch import Prefetcher
 from agent.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("llmgw.agent")
@@ -178,9 +179,22 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
     discovery = Discovery(settings)
     supervisor = shard_supervisor(settings)
     plane = ControlPlane(settings.server)
+    loop: AgentLoop | None = None
+    # A finished prefetch changed what is on disk: the next report says so, and placement sees it.
+    prefetcher = Prefetcher(
+        model_dirs=settings.model_dirs,
+        fallback=settings.state_dir / "shards" / "weights",
+        on_done=lambda: loop.request_report() if loop else None,
+    )
 
     async def heartbeat() -> dict:
-        return {**await discovery.heartbeat(), "shards": supervisor.status()}
+        beat = {**await discovery.heartbeat(), "shards": supervisor.status()}
+        if prefetcher.runs:
+            beat["prefetch"] = prefetcher.status()
+        return beat
+
+    def in_use() -> list:
+        return [*supervisor.weights_in_use(), *prefetcher.in_use()]
 
     loop = AgentLoop(
         plane,
@@ -192,12 +206,14 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         on_shards=supervisor.apply,
         on_scan=run_scan,
         # The shards' weights are asked for again right before each deletion.
-        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, supervisor.weights_in_use),
+        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, in_use),
+        on_prefetch=prefetcher.apply,
     )
     try:
         await loop.run(stop)
     finally:
         # Engines are children of this agent: they stop with it, gracefully.
+        await prefetcher.close()
         await supervisor.close()
         await plane.close()
     return 0
