@@ -122,3 +122,43 @@ def test_among_identical_free_nodes_a_holder_is_always_chosen(count, data):
     warm = plan(with_weights(snapshot(nodes, [model("m", profile(gpus=gpus))]), m={holder}))
     assert placed_on(warm, "m")[0][0][0] == holder
     assert reasons(warm, "m") == []
+
+
+@st.composite
+def crowded_fabrics(draw) -> tuple[Snapshot, Snapshot]:
+    """HGX boxes on one or two fabrics, some entirely free and some not, with as many GPUs free:
+    the fleets where taking the wrong equal-looking node costs a multi-node replica its place."""
+    nodes, held = [], []
+    filler = model("filler", min_replicas=0)
+    for i in range(draw(st.integers(2, 6))):
+        broken = draw(st.sets(st.integers(0, 7), max_size=2))
+        node = hgx_h100(
+            f"n{i}",
+            fabric=draw(st.sampled_from(["ib-east", "ib-west"])),
+            unhealthy={g: "Xid 79" for g in broken},
+            engines=draw(st.sampled_from([("vllm",), ("vllm", "sglang")])),
+        )
+        nodes.append(node)
+        used = sorted(draw(st.sets(st.sampled_from([g for g in range(8) if g not in broken]), max_size=2)))
+        if used:
+            held.append(replica(f"r{i}", filler, (node.name, used)))
+    catalog = [
+        filler,
+        model("small", profile(gpus=draw(st.sampled_from([1, 2]))), min_replicas=draw(st.integers(1, 3))),
+        model("a-wide", profile(gpus=draw(st.sampled_from([4, 6])), nodes=2)),
+        model("side", profile(gpus=1, engine="sglang"), min_replicas=draw(st.integers(0, 2))),
+    ]
+    snap = snapshot(nodes, catalog, held)
+    names = [n.name for n in nodes]
+    weights = {m: frozenset(draw(st.sets(st.sampled_from(names), max_size=3))) for m in ("small", "a-wide", "side")}
+    return snap, replace(snap, weights=weights)
+
+
+@settings(max_examples=400, deadline=None)
+@given(crowded_fabrics())
+def test_on_crowded_fabrics_weights_still_never_cost_a_placement(pair):
+    cold_snap, warm_snap = pair
+    cold, warm = plan(cold_snap), plan(warm_snap)
+    check(warm_snap, warm)
+    assert _shape(warm) == _shape(cold)
+    assert warm.unplaceable == cold.unplaceable
