@@ -11,7 +11,7 @@ from __future__ import annotations
 from catalog.definitions import ProfileSpec
 from catalog.rules import CPU_CLASS
 from placement.scheduling.gpus import Quality, pick, shard_env
-from placement.scheduling.room import Buckets, NodeRoom, Room
+from placement.scheduling.room import Buckets, MemoryHeap, NodeRoom, Room
 from placement.scheduling.types import GpuInfo, NewReplica, NewShard
 from placement.scheduling.warmth import FABRIC, LOCAL
 
@@ -52,10 +52,36 @@ def _place_cpu(room: Room, model: str, profile: ProfileSpec) -> NewReplica | Non
     for heap in (room.memory_cpu_only, room.memory_gpu_nodes):
         name = heap.take_first(need, accept)
         if name is not None:
-            node = room.nodes[name]
+            node = _warmest_memory_twin(room, model, heap, room.nodes[name], accept)
             room.take_memory(node, need)
-            return _replica(model, profile, [NewShard(node=name, rank=0, gpus=(), env=shard_env(profile, ()))])
+            return _replica(model, profile, [NewShard(node=node.name, rank=0, gpus=(), env=shard_env(profile, ()))])
     return None
+
+
+def _warmest_memory_twin(room: Room, model: str, heap: MemoryHeap, node: NodeRoom, accept) -> NodeRoom:
+    """A holder of the weights exactly as roomy as ``node`` (and alike in pool and engines), else ``node``.
+
+    ``node`` was taken off ``heap``; a twin chosen instead is taken off in its place.
+    """
+    holders = room.warmth.holders(model)
+    if not holders or node.name in holders:
+        return node
+    for name in sorted(holders):
+        twin = room.nodes.get(name)
+        if (
+            twin is None
+            or twin.blocked
+            or twin.has_gpus != node.has_gpus
+            or twin.memory_free_mb != node.memory_free_mb
+            or twin.pool != node.pool
+            or twin.info.engines != node.info.engines
+            or not accept(name)
+        ):
+            continue
+        if heap.remove(name, twin.memory_free_mb or 0):
+            heap.add(node.name, node.memory_free_mb or 0)
+            return twin
+    return node
 
 
 def memory_mb(profile: ProfileSpec) -> int:

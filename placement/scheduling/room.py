@@ -258,6 +258,15 @@ class MemoryHeap:
     def add(self, name: str, free: int) -> None:
         heapq.heappush(self.heap, (-free, name))
 
+    def remove(self, name: str, free: int) -> bool:
+        """Take out the node's entry at ``free``; False when it is not there. Linear: rare (a warmth swap)."""
+        try:
+            self.heap.remove((-free, name))
+        except ValueError:
+            return False
+        heapq.heapify(self.heap)
+        return True
+
 
 class Room:
     """The whole fleet's free capacity, kept current as the plan takes GPUs and memory."""

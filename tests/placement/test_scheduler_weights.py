@@ -15,7 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.scheduler import Snapshot, plan
-from tests.placement.fleet import hgx_h100, model, nvl72_rack, placed_on, profile, reasons, replica, snapshot, tray
+from tests.placement.fleet import (
+    cpu_box,
+    cpu_profile,
+    hgx_h100,
+    model,
+    nvl72_rack,
+    placed_on,
+    profile,
+    reasons,
+    replica,
+    snapshot,
+    tray,
+)
 from tests.placement.test_scheduler_properties import check, snapshots
 
 ONE = model("m", profile(gpus=1))
@@ -162,3 +174,15 @@ def test_on_crowded_fabrics_weights_still_never_cost_a_placement(pair):
     check(warm_snap, warm)
     assert _shape(warm) == _shape(cold)
     assert warm.unplaceable == cold.unplaceable
+
+
+def test_a_cpu_replica_goes_to_the_equally_roomy_node_holding_its_weights():
+    llama = model("llama", cpu_profile(memory_gb=48), min_replicas=2)
+    nodes = [cpu_box("c0"), cpu_box("c1"), cpu_box("c2", memory_gb=128)]
+    assert sorted(s.node for r in plan(snapshot(nodes, [llama])).create for s in r.shards) == ["c0", "c1"]
+    warm = plan(with_weights(snapshot(nodes, [llama]), llama={"c1"}))
+    first, second = (r.shards[0].node for r in warm.create)
+    # c1 holds them and is as roomy as c0: first; then c0, the roomiest left (c1 has 48 GB less now).
+    assert (first, second) == ("c1", "c0")
+    smaller = plan(with_weights(snapshot(nodes, [llama]), llama={"c2"}))
+    assert sorted(r.shards[0].node for r in smaller.create) == ["c0", "c1"], "a smaller node is not as good"
