@@ -32,6 +32,7 @@ from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
 from agent.loop import AgentLoop, Identity
 from agent.scan import run_scan
+from agent.supervisor.prefetch import Prefetcher
 from agent.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("llmgw.agent")
@@ -190,9 +191,22 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
     discovery = Discovery(settings)
     supervisor = shard_supervisor(settings)
     plane = ControlPlane(settings.server)
+    loop: AgentLoop | None = None
+    # A finished prefetch changed what is on disk: the next report says so, and placement sees it.
+    prefetcher = Prefetcher(
+        model_dirs=settings.model_dirs,
+        fallback=settings.state_dir / "shards" / "weights",
+        on_done=lambda: loop.request_report() if loop else None,
+    )
 
     async def heartbeat() -> dict:
-        return {**await discovery.heartbeat(), "shards": supervisor.status()}
+        beat = {**await discovery.heartbeat(), "shards": supervisor.status()}
+        if prefetcher.runs:
+            beat["prefetch"] = prefetcher.status()
+        return beat
+
+    def in_use() -> list:
+        return [*supervisor.weights_in_use(), *prefetcher.in_use()]
 
     loop = AgentLoop(
         plane,
@@ -204,7 +218,8 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
         on_shards=supervisor.apply,
         on_scan=run_scan,
         # The shards' weights are asked for again right before each deletion.
-        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, supervisor.weights_in_use),
+        on_collect=lambda paths: asyncio.to_thread(collect, paths, settings.model_dirs, in_use),
+        on_prefetch=prefetcher.apply,
     )
     xids_stop = discovery.watch_xids(loop.request_report)
     try:
@@ -212,6 +227,7 @@ async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> int:
     finally:
         xids_stop.set()
         # Engines are children of this agent: they stop with it, gracefully.
+        await prefetcher.close()
         await supervisor.close()
         await plane.close()
     return 0

@@ -87,6 +87,7 @@ class AgentLoop:
         on_shards: Callable[[list[dict]], None] | None = None,
         on_scan: Callable[[dict], Awaitable[dict]] | None = None,
         on_collect: Callable[[list[str]], Awaitable[list[dict]]] | None = None,
+        on_prefetch: Callable[[list[dict]], None] | None = None,
         heartbeat_interval_s: float = protocol.HEARTBEAT_INTERVAL_S,
         report_interval_s: float = protocol.REPORT_INTERVAL_S,
         rng: random.Random | None = None,
@@ -101,6 +102,7 @@ class AgentLoop:
         self.on_shards = on_shards
         self.on_scan = on_scan
         self.on_collect = on_collect
+        self.on_prefetch = on_prefetch
         self.heartbeat_interval_s = heartbeat_interval_s
         self.report_interval_s = report_interval_s
         self.rng = rng or random.Random()
@@ -235,6 +237,10 @@ class AgentLoop:
             await self._scan(answer["scan"])
         if answer.get("collect") and self.on_collect:
             await self._collect(answer["collect"])
+        # Only a heartbeat's answer (it always says send_report) speaks for the prefetches:
+        # one leaving them out means none is pending. A full report's answer says nothing of them.
+        if "send_report" in answer and self.on_prefetch:
+            self.on_prefetch(answer.get("prefetch") or [])
         return self.heartbeat_interval_s
 
     async def _collect(self, paths: list[str]) -> None:

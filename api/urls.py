@@ -15,6 +15,7 @@ urlpatterns = [
     path("models/<str:name>", catalog.ModelView.as_view(), name="api-model"),
     path("models/<str:name>/scale", catalog.ScaleView.as_view(), name="api-model-scale"),
     path("models/<str:name>/capacity", catalog.CapacityView.as_view(), name="api-model-capacity"),
+    path("models/<str:name>/prefetch", catalog.PrefetchView.as_view(), name="api-model-prefetch"),
     path("capacity", catalog.CapacityListView.as_view(), name="api-capacity"),
     path("replicas", placement.ReplicaListView.as_view(), name="api-replicas"),
     path("explain-placement", placement.ExplainView.as_view(), name="api-explain"),

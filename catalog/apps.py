@@ -8,7 +8,7 @@ class CatalogConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_save
 
-        from catalog import weights
+        from catalog import prefetch, weights
         from catalog.models import CatalogModel
         from inventory.signals import heartbeat_answers_wanted, heartbeats_flushed
 
@@ -17,3 +17,6 @@ class CatalogConfig(AppConfig):
         # The heartbeat answers hand out the deletions; the agents' reports of them settle the rows.
         heartbeat_answers_wanted.connect(weights.heartbeat_tables, dispatch_uid="catalog.weights.heartbeat_tables")
         heartbeats_flushed.connect(weights.settle_collected, dispatch_uid="catalog.weights.settle_collected")
+        # The heartbeat answers hand out the prefetches; the agents' progress is stored as it comes.
+        heartbeat_answers_wanted.connect(prefetch.heartbeat_tables, dispatch_uid="catalog.prefetch.heartbeat_tables")
+        heartbeats_flushed.connect(prefetch.settle_prefetched, dispatch_uid="catalog.prefetch.settle_prefetched")

@@ -298,3 +298,41 @@ class WeightCollection(models.Model):
     @property
     def pending(self) -> bool:
         return self.done_at is None
+
+
+class WeightPrefetch(models.Model):
+    """A model's weights an operator asked to have pulled onto a node's disk, without starting it.
+
+    One row per model and node; asking again starts it over. The agent is
+    told at its heartbeat, fetches with the code a shard's start uses, and
+    reports progress with each beat (``bytes_done``, ``bytes_total`` when the
+    source says), then ``done_at`` with the ``path`` the weights landed at,
+    or ``error``. While the model exists its prefetched copies are no
+    orphans (``catalog.reads.orphan_weights``); the row goes with the model.
+    """
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="prefetches")
+    node = models.CharField(max_length=200, db_index=True)
+    source = models.CharField(max_length=500, help_text="The model's source when asked for.")
+    requested_at = models.DateTimeField(default=timezone.now)
+    requested_by = models.CharField(max_length=200)
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="The agent's latest word on it.")
+    bytes_done = models.BigIntegerField(null=True, blank=True)
+    bytes_total = models.BigIntegerField(null=True, blank=True, help_text="NULL: the source did not say.")
+    path = models.CharField(max_length=1000, blank=True, help_text="Where the weights are on the node, once done.")
+    done_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["model__name", "node"]
+        constraints = [models.UniqueConstraint(fields=["model", "node"], name="weightprefetch_one_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}@{self.node}"
+
+    @property
+    def state(self) -> str:
+        """requested (the agent has not said), fetching, done or failed."""
+        if self.done_at is not None:
+            return "failed" if self.error else "done"
+        return "requested" if self.updated_at is None else "fetching"

@@ -16,13 +16,15 @@ from urllib.parse import urlparse
 from django.db.models import QuerySet
 
 from catalog.definitions import ProfileSpec, profile_definition
-from catalog.models import CapacityMeasurement, CatalogModel
+from catalog.models import CapacityMeasurement, CatalogModel, WeightPrefetch
 from inventory.models import Node
 
 
 def model_rows(name: str | None = None) -> QuerySet[CatalogModel]:
     """Every model (or the one called ``name``) by name, with what :func:`model_view` reads fetched alongside."""
-    models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target").order_by("name")
+    models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target", "prefetches").order_by(
+        "name"
+    )
     if name is not None:
         models = models.filter(name=name)
     return models
@@ -55,6 +57,9 @@ def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> di
         # The scheduler's last word was that it could not place what the model wants.
         "unplaceable": unplaced,
     }
+    prefetches = sorted(m.prefetches.all(), key=lambda p: p.node)
+    if prefetches:
+        view["prefetch"] = [prefetch_view(p) for p in prefetches]
     if m.description:
         view["description"] = m.description
     if m.idle_timeout is not None:
@@ -63,6 +68,26 @@ def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> di
         view["parked_at"] = m.parked_at.isoformat()
         view["parked_error"] = m.parked_error
         view["failures"] = m.failure_streak
+    return view
+
+
+def prefetch_view(p: WeightPrefetch) -> dict[str, Any]:
+    """One prefetch of a model's weights onto a node, as the API and ``ctl models`` show it."""
+    view: dict[str, Any] = {
+        "node": p.node,
+        "state": p.state,
+        "source": p.source,
+        "requested_at": p.requested_at.isoformat(),
+        "requested_by": p.requested_by,
+        "bytes_done": p.bytes_done,
+        "bytes_total": p.bytes_total,
+    }
+    if p.done_at is not None:
+        view["done_at"] = p.done_at.isoformat()
+    if p.path:
+        view["path"] = p.path
+    if p.error:
+        view["error"] = p.error
     return view
 
 
@@ -131,15 +156,34 @@ def orphan_weights() -> list[dict[str, Any]]:
     hold nothing known, which is not the same as holding orphans.
     """
     sources = [s for s in CatalogModel.objects.values_list("source", flat=True) if s]
+    prefetched = prefetched_paths()
     out = []
     for node, weights in Node.objects.exclude(weights__isnull=True).order_by("name").values_list("name", "weights"):
         for w in weights or []:
             if not isinstance(w, dict) or not w.get("path"):
                 continue
-            if any(source_refers_to(s, w) for s in sources):
+            if any(source_refers_to(s, w) for s in sources) or is_prefetched(prefetched, node, str(w["path"])):
                 continue
             out.append(_weight_view(node, w))
     return out
+
+
+def prefetched_paths() -> dict[str, list[str]]:
+    """Node → the paths its finished prefetches landed at, for models still in the catalog.
+
+    A prefetched copy is kept while its model exists, even when the model's
+    source has changed since: the operator asked for it (the row goes with the model).
+    """
+    out: dict[str, list[str]] = {}
+    rows = WeightPrefetch.objects.filter(done_at__isnull=False, error="").exclude(path="")
+    for node, path in rows.values_list("node", "path"):
+        out.setdefault(node, []).append(path.rstrip("/"))
+    return out
+
+
+def is_prefetched(prefetched: dict[str, list[str]], node: str, path: str) -> bool:
+    """Whether ``path`` on ``node`` is, or lies under, where a prefetch landed."""
+    return any(path == p or path.startswith(p + "/") for p in prefetched.get(node, ()))
 
 
 def _weight_view(node: str, w: dict) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.models import CatalogModel, WeightCollection
-from catalog.reads import source_refers_to
+from catalog.reads import is_prefetched, prefetched_paths, source_refers_to
 from inventory.signals import HeartbeatTables
 
 
@@ -41,16 +41,22 @@ def _still_wanted(rows: list[tuple[int, str, str, str]]) -> list[tuple[int, str,
     if not rows:
         return rows  # the common case, at every heartbeat flush: nothing pending, no catalog query
     sources = [(n, s) for n, s in CatalogModel.objects.exclude(source="").values_list("name", "source")]
+    prefetched = prefetched_paths()
     wanted, now = [], timezone.now()
     for row in rows:
         weight = {"path": row[2], "name": row[3]}
         claimed = next((name for name, source in sources if source_refers_to(source, weight)), None)
-        if claimed is None:
+        if claimed is None and not is_prefetched(prefetched, row[1], row[2]):
             wanted.append(row)
             continue
+        why = (
+            f"model {claimed!r} refers to these weights again"
+            if claimed
+            else "they were prefetched for a model still in the catalog"
+        )
         # Only a row still pending is cancelled: an agent's report may have settled it meanwhile.
         WeightCollection.objects.filter(pk=row[0], done_at__isnull=True).update(
-            done_at=now, error=f"cancelled: model {claimed!r} refers to these weights again; not deleted"
+            done_at=now, error=f"cancelled: {why}; not deleted"
         )
     return wanted
 

@@ -420,6 +420,12 @@ def heartbeat_problems(beat: Any) -> list[str]:
         done = beat["collected"]
         if not isinstance(done, list) or not all(isinstance(d, dict) and _str(d.get("path")) for d in done):
             out.append("heartbeat.collected must be a list of objects with the path that was deleted")
+    if "prefetch" in beat:
+        entries = beat["prefetch"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and _str(e.get("model")) for e in entries):
+            out.append("heartbeat.prefetch must be a list of objects naming the model being fetched")
+        elif len(entries) > 256:
+            out.append("heartbeat.prefetch has more than 256 entries")
     if "report_digest" in beat and not _str(beat["report_digest"]):
         out.append("heartbeat.report_digest must be a string")
     return out[:MAX_PROBLEMS_REPORTED]

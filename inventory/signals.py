@@ -39,6 +39,8 @@ Keyword arguments (``sender`` is :class:`inventory.writes.heartbeats.HeartbeatDe
   lost and beat again (placement reconciles);
 - ``collected``: ``[(node name, {"path": ..., "error": ...})]``, weight
   deletions the agents reported done or refused (the catalog settles them);
+- ``prefetched``: ``[(node name, {"model", "source", "state", "bytes_done", ...})]``,
+  the agents' progress on the prefetches they were handed (the catalog stores it);
 - ``at``: the time of the latest beat in the batch.
 
 Sent in the flusher's thread, outside the flush's transaction; a receiver that
@@ -62,6 +64,8 @@ class HeartbeatTables:
     shards: dict[int, list[dict]] = field(default_factory=dict)
     # node name -> weight paths that node's agent should delete (catalog.weights)
     collect: dict[str, list[str]] = field(default_factory=dict)
+    # node name -> [{"model", "source"}] whose weights that node's agent should fetch (catalog.prefetch)
+    prefetch: dict[str, list[dict]] = field(default_factory=dict)
 
 
 # --- changes the live pages show ---

@@ -34,6 +34,11 @@ Placement rules, by profile:
 - Several nodes: inside one NVLink domain first (nodes whose every card has
   joined it and whose IMEX is up; shards get ``NCCL_MNNVL_ENABLE=1``), then
   inside one InfiniBand fabric on entirely free nodes; never across two.
+
+Among candidates equally good by these rules, nodes that hold the model's
+weights come first, then nodes on a fabric where another node holds them
+(``Snapshot.weights``); a replica placed without them, when some node holds
+them, says so among its model's reasons.
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ class _Planner:
         # Replica id → why it moves when that is a held card rather than a draining node.
         self.why_moving: dict[str, str] = {}
         self.now = snapshot.now
-        self.room = Room(snapshot.nodes, self.replicas, self._cpu_mb)
+        self.room = Room(snapshot.nodes, self.replicas, self._cpu_mb, snapshot.weights)
         self.create: list[NewReplica] = []
         self.replace: list[Replacement] = []
         self.stop: list[StopDecision] = []
@@ -169,6 +174,7 @@ class _Planner:
                 continue
             replica = place(self.room, model.name, profile)
             if replica is not None:
+                self._note_cold(model, profile, replica)
                 return replica
         # Capacity only shrinks while planning, so a model that fitted nowhere
         # now will fit nowhere later in this plan either.
@@ -179,6 +185,15 @@ class _Planner:
         for profile in model.profiles:
             lines.extend(explain(self.room, profile))
         return None
+
+    def _note_cold(self, model: ModelInfo, profile: ProfileSpec, replica: NewReplica) -> None:
+        """Say so when a replica had to go where its weights are not, though some node holds them."""
+        note = self.room.warmth.note(model.name, replica.nodes)
+        if note is None:
+            return
+        node = replica.nodes[0] if len(replica.nodes) == 1 else None
+        line = Rejection(profile=profile.name, pool=profile.pool or None, node=node, reason=note)
+        self.rejections.setdefault(model.name, []).append(line)
 
     def _move(self, model: ModelInfo, old: ReplicaInfo, node: str) -> None:
         replica = self._place(model)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from catalog.models import CatalogModel, Profile
+from catalog.reads import source_refers_to
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
@@ -52,7 +53,9 @@ def load(
     models, model_ids, profile_ids = _models(now, scale or {})
     replicas = _replicas(set(node_ids))
     domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
-    snapshot = Snapshot(nodes=tuple(nodes), models=tuple(models), replicas=tuple(replicas), now=now)
+    snapshot = Snapshot(
+        nodes=tuple(nodes), models=tuple(models), replicas=tuple(replicas), now=now, weights=weights_held(set(node_ids))
+    )
     return Loaded(snapshot, node_ids, domain_ids, model_ids, profile_ids)
 
 
@@ -130,6 +133,29 @@ def node_fabrics(report: FabricReport | None = None) -> dict[str, str]:
         if key is not None:
             out[name] = key
     return out
+
+
+def weights_held(live_nodes: set[str]) -> dict[str, frozenset[str]]:
+    """Model name → the live nodes whose agents reported a complete copy of its weights on disk.
+
+    A copy the scan marked incomplete (a download cut short, a broken link) is
+    not counted: landing there would fetch anyway. The catalog's own rule for
+    "this source names these weights" (``catalog.reads.source_refers_to``) decides.
+    """
+    sources = list(CatalogModel.objects.exclude(source="").values_list("name", "source"))
+    if not sources:
+        return {}
+    out: dict[str, set[str]] = {}
+    for node, weights in Node.objects.filter(lost=False).exclude(weights__isnull=True).values_list("name", "weights"):
+        if node not in live_nodes:
+            continue
+        for w in weights or []:
+            if not isinstance(w, dict) or w.get("incomplete"):
+                continue
+            for name, source in sources:
+                if source_refers_to(source, w):
+                    out.setdefault(name, set()).add(node)
+    return {name: frozenset(nodes) for name, nodes in sorted(out.items())}
 
 
 # --- catalog ----------------------------------------------------------------------

@@ -15,6 +15,31 @@ class ProfileSerializer(s.Serializer):
     pool = s.CharField(required=False)
 
 
+class PrefetchSerializer(s.Serializer):
+    node = s.CharField()
+    state = s.ChoiceField(choices=["requested", "fetching", "done", "failed"])
+    source = s.CharField(help_text="The model's source when asked for.")
+    requested_at = s.DateTimeField()
+    requested_by = s.CharField()
+    bytes_done = s.IntegerField(allow_null=True)
+    bytes_total = s.IntegerField(allow_null=True, help_text="Null: the source did not say.")
+    done_at = s.DateTimeField(required=False)
+    path = s.CharField(required=False, help_text="Where the weights are on the node, once done.")
+    error = s.CharField(required=False)
+
+
+class PrefetchRequestSerializer(s.Serializer):
+    nodes = s.ListField(child=s.CharField(), required=False, help_text="These nodes.")
+    pool = s.CharField(required=False, help_text="Every node of this pool (or, with count, some of them).")
+    count = s.IntegerField(required=False, min_value=1, help_text="This many nodes that lack the weights.")
+
+
+class PrefetchAnswerSerializer(s.Serializer):
+    model = s.CharField()
+    prefetch = PrefetchSerializer(many=True)
+    note = s.CharField()
+
+
 class ModelSerializer(s.Serializer):
     name = s.CharField()
     source = s.CharField(allow_blank=True)
@@ -37,6 +62,7 @@ class ModelSerializer(s.Serializer):
     parked_error = s.CharField(required=False, allow_blank=True)
     failures = s.IntegerField(required=False)
     desired_replicas = s.IntegerField(help_text="Replicas wanted now: the autoscaler's count, else the minimum.")
+    prefetch = PrefetchSerializer(many=True, required=False, help_text="Its weights asked for on nodes, with progress.")
     autoscale = AutoscaleSerializer(
         required=False, help_text="The autoscaler's latest decision; absent when max = min or not yet decided."
     )

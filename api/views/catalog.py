@@ -22,15 +22,18 @@ from api.serializers.catalog import (
     CapacityRequestSerializer,
     CapacitySerializer,
     ModelSerializer,
+    PrefetchAnswerSerializer,
+    PrefetchRequestSerializer,
     RemovedSerializer,
     ScaleRequestSerializer,
     ScaleSerializer,
 )
 from api.serializers.common import ERRORS, WRITE_ERRORS
+from catalog import prefetch
 from catalog import writes as service
 from catalog.definitions import parse_duration
 from catalog.models import CapacityMeasurement
-from catalog.reads import capacity_list, capacity_view
+from catalog.reads import capacity_list, capacity_view, prefetch_view
 from placement.reads import model_list
 
 T = TypeVar("T")
@@ -195,3 +198,41 @@ def _when(value: Any) -> datetime:
         raise Refused(400, f"measured_at must be a time like 2026-10-05T14:00:00Z (got {value!r})")
     # A time without a zone is taken as UTC, as the rest of the API writes them.
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+PREFETCH_NOTE = (
+    "Each node's agent is told at its next heartbeat and fetches the weights without starting the model; "
+    "progress shows here and in `llmgw ctl models`. Placement prefers nodes holding a model's weights."
+)
+
+
+class PrefetchView(ApiView):
+    @extend_schema(
+        operation_id="prefetch_model",
+        summary="Pull a model's weights onto nodes without starting it (nodes named, a pool, or a count)",
+        request=PrefetchRequestSerializer,
+        responses={200: PrefetchAnswerSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request, name: str):
+        body = self.body(request)
+        model = service.resolve(name)  # by name or alias, as the gateway takes it
+        if model is None:
+            raise Refused(404, f"no model named {name!r}; `llmgw ctl models` lists them")
+        nodes, pool, count = body.get("nodes"), body.get("pool"), body.get("count")
+        if nodes is not None and (not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes)):
+            raise Refused(400, 'nodes must be a list of node names, like ["hgx-001"]')
+        if pool is not None and (not isinstance(pool, str) or not pool):
+            raise Refused(400, "pool must be a pool's name, like gold")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            raise Refused(400, f"count must be a whole number of nodes, like 2 (got {count!r})")
+        actor = self.actor(request)
+        try:
+            with transaction.atomic():
+                chosen = prefetch.choose_nodes(model, pool=pool, nodes=nodes, count=count)
+                if not chosen:
+                    raise prefetch.PrefetchRefused(409, "every node asked for already holds these weights")
+                rows = prefetch.request(model, chosen, actor)
+                self.audit(request, "prefetch-weights", model.name, nodes=chosen, source=model.source)
+        except prefetch.PrefetchRefused as exc:
+            raise Refused(exc.status, exc.message) from None
+        return Response({"model": model.name, "prefetch": [prefetch_view(r) for r in rows], "note": PREFETCH_NOTE})

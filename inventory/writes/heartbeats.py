@@ -131,6 +131,9 @@ class HeartbeatDesk:
         # node name -> paths an operator asked to have deleted (see catalog.models.WeightCollection)
         self.collections: dict[str, list[str]] = {}
         self.collected: list[tuple[str, dict]] = []
+        # node name -> weights to fetch before anything runs (see catalog.models.WeightPrefetch)
+        self.prefetches: dict[str, list[dict]] = {}
+        self.prefetched: list[tuple[str, dict]] = []
 
     # --- who is this ---
 
@@ -177,12 +180,16 @@ class HeartbeatDesk:
             self._queue(ref, now, fields)
             shards = self.shards.get(ref.pk, [])
             collect = self.collections.get(ref.name)
+            prefetch = self.prefetches.get(ref.name)
             self.collected += [(ref.name, done) for done in beat.get("collected") or []]
+            self.prefetched += [(ref.name, entry) for entry in beat.get("prefetch") or []]
         reported = beat.get("report_digest")
         send_report = not ref.report_digest or (reported is not None and reported != ref.report_digest)
         answer = {"shards": shards, "send_report": send_report}
         if collect:
             answer["collect"] = collect
+        if prefetch:
+            answer["prefetch"] = prefetch
         return answer
 
     def _queue(self, ref: NodeRef, now: datetime, fields: dict) -> None:
@@ -247,7 +254,8 @@ class HeartbeatDesk:
         self._mark_scans_pending(at)
         with self.lock:
             collected, self.collected = self.collected, []
-        if shard_reports or result.came_back or collected:
+            prefetched, self.prefetched = self.prefetched, []
+        if shard_reports or result.came_back or collected or prefetched:
             # What the shards are doing moves Shard and Replica rows (placement's), and a reported
             # deletion settles a WeightCollection row (the catalog's): they follow this signal.
             heartbeats_flushed.send(
@@ -255,6 +263,7 @@ class HeartbeatDesk:
                 shard_reports=shard_reports,
                 came_back=result.came_back,
                 collected=collected,
+                prefetched=prefetched,
                 at=at,
             )
         return result
@@ -282,6 +291,7 @@ class HeartbeatDesk:
             self.shards = tables.shards
             self.scans = {pk: scan for pk, scan in scans.items() if scan["pk"] not in self.handed_out}
             self.collections = tables.collect
+            self.prefetches = tables.prefetch
 
             self.shards_loaded = True
 
@@ -290,10 +300,12 @@ def answer_tables() -> HeartbeatTables:
     """What every higher app wants handed out in heartbeat answers (``heartbeat_answers_wanted``), merged."""
     shards: dict[int, list[dict]] = {}
     collect: dict[str, list[str]] = {}
+    prefetch: dict[str, list[dict]] = {}
     for _receiver, part in heartbeat_answers_wanted.send(sender=HeartbeatDesk):
         shards.update(part.shards)
         collect.update(part.collect)
-    return HeartbeatTables(shards=shards, collect=collect)
+        prefetch.update(part.prefetch)
+    return HeartbeatTables(shards=shards, collect=collect, prefetch=prefetch)
 
 
 desk = HeartbeatDesk()

@@ -1,4 +1,5 @@
-"""ctl commands about models: models, add-model, remove-model, scale, replicas, explain, capacity, orphans, collect."""
+"""ctl commands about models: models, add-model, remove-model, scale, replicas, explain, capacity, orphans, collect,
+prefetch."""
 
 from __future__ import annotations
 
@@ -36,6 +37,40 @@ def models(client: Client, console: Console, args) -> object:
     for m in rows:
         if m.get("autoscale"):
             console.print(show.markup("[bold]{}[/]: {}", m["name"], m["autoscale"]["reason"]))
+    for m in rows:
+        for p in m.get("prefetch") or []:
+            console.print(show.markup("[bold]{}[/] weights on {}: {}", m["name"], p["node"], prefetch_state(p)))
+    return None
+
+
+def prefetch_state(p: dict) -> str:
+    """'fetching, 25% of 16.0 GB', 'done at /path', 'failed: why', 'requested'."""
+    if p["state"] == "fetching":
+        progress = {"bytes_done": p.get("bytes_done") or 0, "bytes_total": p.get("bytes_total")}
+        if p.get("bytes_total"):
+            progress["percent"] = int(100 * progress["bytes_done"] / p["bytes_total"])
+        return f"fetching, {show.fetch(progress)}"
+    if p["state"] == "done":
+        return f"done at {p.get('path', '?')}"
+    if p["state"] == "failed":
+        return f"failed: {p.get('error', '')}"
+    return p["state"]
+
+
+def prefetch(client: Client, console: Console, args) -> object:
+    body: dict = {}
+    if args.nodes:
+        body["nodes"] = [n.strip() for n in args.nodes.split(",") if n.strip()]
+    if args.pool:
+        body["pool"] = args.pool
+    if args.count is not None:
+        body["count"] = args.count
+    answer = client.post(f"models/{quote(args.model, safe='')}/prefetch", body)
+    if args.json:
+        return answer
+    nodes = ", ".join(p["node"] for p in answer["prefetch"])
+    console.print(f"prefetching {answer['model']} onto {nodes}")
+    console.print(answer["note"])
     return None
 
 

@@ -93,6 +93,15 @@ def parser() -> argparse.ArgumentParser:
         arg("--node", action="append", help="only this node (repeatable)"),
     )
     cmd(
+        "prefetch",
+        catalog.prefetch,
+        "pull a model's weights onto nodes without starting it",
+        arg("model"),
+        arg("--pool", help="every node of this pool (with --count, that many of them)"),
+        arg("--nodes", help="these nodes, comma separated"),
+        arg("--count", type=int, help="this many nodes that lack the weights"),
+    )
+    cmd(
         "usage",
         tenancy.usage,
         "what each team (or org, or key) spent",

@@ -11,8 +11,9 @@ from __future__ import annotations
 from catalog.definitions import ProfileSpec
 from catalog.rules import CPU_CLASS
 from placement.scheduling.gpus import Quality, pick, shard_env
-from placement.scheduling.room import NodeRoom, Room
+from placement.scheduling.room import Buckets, MemoryHeap, NodeRoom, Room
 from placement.scheduling.types import GpuInfo, NewReplica, NewShard
+from placement.scheduling.warmth import FABRIC, LOCAL
 
 # How many nodes a single-node placement looks at past the first that fits,
 # hoping for better NVLink/NUMA locality, before it settles for the best seen.
@@ -51,10 +52,36 @@ def _place_cpu(room: Room, model: str, profile: ProfileSpec) -> NewReplica | Non
     for heap in (room.memory_cpu_only, room.memory_gpu_nodes):
         name = heap.take_first(need, accept)
         if name is not None:
-            node = room.nodes[name]
+            node = _warmest_memory_twin(room, model, heap, room.nodes[name], accept)
             room.take_memory(node, need)
-            return _replica(model, profile, [NewShard(node=name, rank=0, gpus=(), env=shard_env(profile, ()))])
+            return _replica(model, profile, [NewShard(node=node.name, rank=0, gpus=(), env=shard_env(profile, ()))])
     return None
+
+
+def _warmest_memory_twin(room: Room, model: str, heap: MemoryHeap, node: NodeRoom, accept) -> NodeRoom:
+    """A holder of the weights exactly as roomy as ``node`` (and alike in pool and engines), else ``node``.
+
+    ``node`` was taken off ``heap``; a twin chosen instead is taken off in its place.
+    """
+    holders = room.warmth.holders(model)
+    if not holders or node.name in holders:
+        return node
+    for name in sorted(holders):
+        twin = room.nodes.get(name)
+        if (
+            twin is None
+            or twin.blocked
+            or twin.has_gpus != node.has_gpus
+            or twin.memory_free_mb != node.memory_free_mb
+            or twin.pool != node.pool
+            or twin.info.engines != node.info.engines
+            or not accept(name)
+        ):
+            continue
+        if heap.remove(name, twin.memory_free_mb or 0):
+            heap.add(node.name, node.memory_free_mb or 0)
+            return twin
+    return node
 
 
 def memory_mb(profile: ProfileSpec) -> int:
@@ -84,10 +111,47 @@ def _place_one(room: Room, model: str, profile: ProfileSpec) -> NewReplica | Non
             break
     if best is None:
         return None
-    _, node, chosen = best
+    q, node, chosen = best
+    node, chosen = _warmest_equal(room, model, profile, buckets, node, q, chosen)
     room.take_gpus(node, cls, tuple(g.index for g in chosen))
     shard = NewShard(node=node.name, rank=0, gpus=tuple(g.index for g in chosen), env=shard_env(profile, chosen))
     return _replica(model, profile, [shard])
+
+
+def _warmest_equal(
+    room: Room, model: str, profile: ProfileSpec, buckets: Buckets, node: NodeRoom, q: Quality, chosen: tuple
+) -> tuple[NodeRoom, tuple[GpuInfo, ...]]:
+    """The warmest node exactly as good as ``node``: interchangeable with it, its GPUs as local (``q``).
+
+    Holders of the weights are looked up directly (there are few); nodes on a
+    holder's fabric are looked for in the same bucket, no further than a
+    placement looks. ``node`` itself when no equal candidate is warmer.
+    """
+    warmth = room.warmth
+    holders = warmth.holders(model)
+    if not holders or warmth.rank(model, node.name) == LOCAL:
+        return node, chosen
+    cls, need = profile.gpu_class, max(profile.gpus, 1)
+    bucket = buckets.by_free.get(node.free[cls], {})
+
+    def equal(name: str) -> tuple[GpuInfo, ...] | None:
+        other = room.nodes[name]
+        if not interchangeable(node, other):
+            return None
+        picked, quality = pick(other.free_gpus(cls), need)
+        return picked if quality == q else None
+
+    for name in sorted(holders):
+        if name in bucket and (picked := equal(name)) is not None:
+            return room.nodes[name], picked
+    if warmth.rank(model, node.name) == FABRIC:
+        return node, chosen
+    for looked, name in enumerate(bucket):
+        if looked >= LOOK_FURTHER:
+            break
+        if warmth.rank(model, name) == FABRIC and (picked := equal(name)) is not None:
+            return room.nodes[name], picked
+    return node, chosen
 
 
 def ideal(node: NodeRoom, cls: str, need: int) -> Quality:
@@ -121,7 +185,8 @@ def _place_in_domain(room: Room, model: str, profile: ProfileSpec) -> NewReplica
     _, domain, able = min(choices, key=lambda c: (c[0], c[1]))
     # Full-bandwidth trays first, then the tightest, so whole trays stay whole.
     able.sort(key=lambda n: (n.degraded, n.free[cls], n.name))
-    return _shards(room, model, profile, able[: profile.nodes], nvlink_domain=domain)
+    chosen = _swap_in_holders(room, model, able[: profile.nodes], able[profile.nodes :])
+    return _shards(room, model, profile, chosen, nvlink_domain=domain)
 
 
 def _place_over_fabric(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
@@ -135,8 +200,47 @@ def _place_over_fabric(room: Room, model: str, profile: ProfileSpec) -> NewRepli
     for fabric in sorted(fabrics, key=lambda f: (len(fabrics[f]), f)):
         able = _whole_nodes(room, profile, fabrics[fabric])
         if len(able) == profile.nodes:
-            return _shards(room, model, profile, able, fabric=fabric)
+            spare = (room.nodes[n] for n in sorted(room.warmth.holders(model)) if n in fabrics[fabric])
+            others = [n for n in spare if n not in able and whole_node_fits(n, profile)]
+            return _shards(room, model, profile, _swap_in_holders(room, model, able, others), fabric=fabric)
     return None
+
+
+def _swap_in_holders(room: Room, model: str, chosen: list[NodeRoom], spare: list[NodeRoom]) -> list[NodeRoom]:
+    """``chosen``, with each node that lacks the weights swapped for an interchangeable spare that holds them."""
+    holders = room.warmth.holders(model)
+    if not holders:
+        return chosen
+    spare = [n for n in spare if n.name in holders]
+    out = list(chosen)
+    for i, node in enumerate(out):
+        if node.name in holders:
+            continue
+        swap = next((s for s in spare if interchangeable(node, s)), None)
+        if swap is not None:
+            spare.remove(swap)
+            out[i] = swap
+    return out
+
+
+def interchangeable(a: NodeRoom, b: NodeRoom) -> bool:
+    """Whether a shard may go on ``b`` instead of ``a`` without changing what the room can take afterwards.
+
+    The same free GPUs of every class, both entirely free or neither (and on
+    the same fabric when entirely free: whole nodes are indexed per fabric),
+    the same NVLink domain, pool, engines and IMEX: so choosing one over the
+    other for warmth never leaves the plan able to place less.
+    """
+    return (
+        a.free == b.free
+        and bool(a.used) == bool(b.used)
+        and (bool(a.used) or a.info.fabric == b.info.fabric)
+        and a.domain == b.domain
+        and a.pool == b.pool
+        and a.info.engines == b.info.engines
+        and a.imex_problem == b.imex_problem
+        and a.degraded == b.degraded
+    )
 
 
 def _whole_nodes(room: Room, profile: ProfileSpec, names: dict[str, None]) -> list[NodeRoom]:

@@ -12,7 +12,7 @@ and nodes that joined a multi-node NVLink domain per class and domain.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from catalog.rules import CPU_CLASS
@@ -26,6 +26,7 @@ from placement.scheduling.types import (
     ReplicaInfo,
     gpu_label,
 )
+from placement.scheduling.warmth import Warmth
 
 # How many of a node's problems one reason spells out before "…".
 PROBLEMS_SHOWN = 3
@@ -257,13 +258,27 @@ class MemoryHeap:
     def add(self, name: str, free: int) -> None:
         heapq.heappush(self.heap, (-free, name))
 
+    def remove(self, name: str, free: int) -> bool:
+        """Take out the node's entry at ``free``; False when it is not there. Linear: rare (a warmth swap)."""
+        try:
+            self.heap.remove((-free, name))
+        except ValueError:
+            return False
+        heapq.heapify(self.heap)
+        return True
+
 
 class Room:
     """The whole fleet's free capacity, kept current as the plan takes GPUs and memory."""
 
     def __init__(
-        self, nodes: Iterable[NodeInfo], replicas: Iterable[ReplicaInfo], cpu_mb: Callable[[ReplicaInfo], int]
+        self,
+        nodes: Iterable[NodeInfo],
+        replicas: Iterable[ReplicaInfo],
+        cpu_mb: Callable[[ReplicaInfo], int],
+        weights: Mapping[str, Collection[str]] | None = None,
     ) -> None:
+        """``weights``: model name → the nodes holding a complete copy of its weights (``Snapshot.weights``)."""
         used: dict[str, set[int]] = {}
         memory: dict[str, int] = {}
         for r in replicas:
@@ -276,6 +291,7 @@ class Room:
         self.nodes: dict[str, NodeRoom] = {}
         for info in sorted(nodes, key=lambda n: n.name):
             self.nodes[info.name] = NodeRoom(info, used.get(info.name, set()), memory.get(info.name, 0))
+        self.warmth = Warmth(weights or {}, {name: n.info.fabric for name, n in self.nodes.items()})
         # Every change to a class's free GPUs bumps its version, so an
         # explanation computed for it can be reused until something changes.
         self.version: dict[str, int] = {}

@@ -170,12 +170,19 @@ class ReplicaInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
-    """Everything the scheduler decides from. ``now`` is an input so a plan is reproducible."""
+    """Everything the scheduler decides from. ``now`` is an input so a plan is reproducible.
+
+    ``weights`` maps a model's name to the nodes whose disk holds a complete
+    copy of its weights, as their agents last reported: among equally good
+    candidates the scheduler prefers those, then nodes on their fabric
+    (``placement.scheduling.warmth``). A model missing from it is held nowhere known.
+    """
 
     nodes: tuple[NodeInfo, ...]
     models: tuple[ModelInfo, ...]
     replicas: tuple[ReplicaInfo, ...]
     now: datetime
+    weights: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 # --- output ------------------------------------------------------------------

@@ -180,3 +180,29 @@ def test_a_refused_report_is_said_and_heartbeats_go_on_without_resending_it(capl
     clock.t += 600  # the same report is tried again after a while: the server may have been upgraded
     asyncio.run(loop.turn())
     assert plane.sent[-1] == "report" and loop.state.refused_digest is None and loop.state.last_error is None
+
+
+def test_prefetches_follow_the_heartbeat_answers_and_a_report_answer_leaves_them_be():
+    class PrefetchPlane(FakePlane):
+        listed = [{"model": "m", "source": "hf://o/m"}]
+
+        async def heartbeat(self, beat):
+            answer = await super().heartbeat(beat)
+            return {**answer, "prefetch": self.listed} if self.listed else answer
+
+    plane, clock, told = PrefetchPlane(), Clock(), []
+    loop = AgentLoop(
+        plane, Identity("n", "m"), "join", report, beat, on_prefetch=told.append, rng=random.Random(1), clock=clock
+    )
+
+    async def go():
+        await loop.turn()  # register
+        await loop.turn()  # heartbeat: the prefetch is handed on
+        clock.t += 61
+        await loop.turn()  # a full report: its answer says nothing of prefetches
+        plane.listed = []
+        await loop.turn()  # heartbeat without any: none pending
+
+    asyncio.run(go())
+    assert plane.sent == ["register", "heartbeat", "report", "heartbeat"]
+    assert told == [[{"model": "m", "source": "hf://o/m"}], []]

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from agent.supervisor import engines, fetch, llamacpp, sglang, vllm
+from agent.supervisor.prefetch import Prefetcher
 from agent.supervisor.spec import ShardSpec
 from agent.supervisor.supervisor import ShardRun, Supervisor
 
@@ -375,3 +376,66 @@ def test_the_weights_a_shard_uses_or_fetches_are_in_use(tmp_path):
         Path("/models/x.gguf"),
         Path("/models/x.gguf"),
     ]
+
+
+# --- prefetching ----------------------------------------------------------------------
+
+
+async def prefetched(prefetcher: Prefetcher, state: str, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = prefetcher.status()
+        if status and status[0]["state"] == state:
+            return status[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never {state}: {prefetcher.status()}")
+
+
+def test_a_prefetch_downloads_with_progress_into_the_dir_a_shard_fetches_from(tmp_path, file_server):
+    url = f"{file_server}/with-length.bin"
+    done: list[bool] = []
+
+    async def scenario():
+        p = Prefetcher(model_dirs=[tmp_path / "models"], fallback=tmp_path / "state", on_done=lambda: done.append(True))
+        p.apply([{"model": "llama", "source": url}])
+        p.apply([{"model": "llama", "source": url}])  # the next answer lists it again: not fetched twice
+        status = await prefetched(p, "done")
+        assert status["bytes_done"] == status["bytes_total"] == 300_000
+        assert Path(status["path"]).read_bytes() == _Files.payload
+        assert Path(status["path"]).is_relative_to(tmp_path / "models") and p.in_use() == [Path(status["path"])]
+        # A shard started later finds the weights where the prefetch put them, and does not fetch again.
+        again = fetch.Progress(url)
+        assert await fetch.fetch(url, tmp_path / "models", again) == Path(status["path"])
+        p.apply([])  # the control plane stored the end: forgotten
+        assert p.status() == [] and done == [True]
+
+    run(scenario())
+
+
+def test_a_prefetch_that_fails_says_why_and_one_no_longer_asked_for_is_cancelled(tmp_path):
+    async def scenario():
+        gate = asyncio.Event()
+
+        async def slow(source, into, progress):
+            progress.bytes_done = 5
+            await gate.wait()
+            return into / "never"
+
+        p = Prefetcher(fallback=tmp_path, fetcher=slow)
+        p.apply([{"model": "big", "source": "https://example.invalid/big.gguf"}])
+        await asyncio.sleep(0.05)
+        assert p.status() == [
+            {"model": "big", "source": "https://example.invalid/big.gguf", "state": "fetching", "bytes_done": 5}
+        ]
+        task = p.runs[("big", "https://example.invalid/big.gguf")].task
+        p.apply([])
+        await asyncio.sleep(0.05)
+        assert task.cancelled() and p.status() == []
+
+        bad = Prefetcher(fallback=tmp_path)
+        bad.apply([{"model": "gone", "source": (tmp_path / "nope").as_uri()}, {"model": "odd"}, "junk"])
+        status = await prefetched(bad, "failed")
+        assert status["model"] == "gone" and "does not exist" in status["error"]
+        assert len(bad.status()) == 1, "an entry without a source is ignored"
+
+    run(scenario())

@@ -71,3 +71,15 @@ def test_the_scheduler_is_given_the_catalogs_own_profile_spec():
     [got] = snapshot.load(timezone.now()).snapshot.models
     assert isinstance(got.profiles[0], ProfileSpec)
     assert got.profiles == (Profile.objects.get().spec(),) and got.profiles[0].fingerprint == "as-stored"
+
+
+def test_the_nodes_holding_each_models_complete_weights_reach_the_scheduler():
+    fleet("h100-hgx:4")
+    model("llama", gpu_profile("h100-80g"))
+    CatalogModel.objects.filter(name="llama").update(source="hf://meta/llama")
+    hf = {"path": "/m/models--meta--llama/snapshots/abc", "name": "meta/llama", "format": "hf-cache"}
+    Node.objects.filter(name="hgx-000").update(weights=[hf])
+    Node.objects.filter(name="hgx-001").update(weights=[{**hf, "incomplete": True}])
+    Node.objects.filter(name="hgx-002").update(weights=[hf], lost=True)
+    Node.objects.filter(name="hgx-003").update(weights=[{"path": "/m/other", "name": "other"}])
+    assert snapshot.load(timezone.now()).snapshot.weights == {"llama": frozenset({"hgx-000"})}
