@@ -18,7 +18,8 @@ from django.db.models import Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gateway.models import SetAsideUsage, UsageHour, UsageRecord
+from gateway.models import Budget, SetAsideUsage, UsageHour, UsageRecord
+from gateway.writes.budgets import spent_now
 
 LATENCY_WINDOW = timedelta(minutes=5)
 QUANTILES = (0.5, 0.99)
@@ -59,6 +60,7 @@ def collect() -> Iterator[Metric]:
     )
     set_aside.add_metric([], SetAsideUsage.objects.count())
     yield from (requests, tokens, cost, set_aside)
+    yield _budgets()
 
     latency = GaugeMetricFamily(
         "llmgw_gateway_latency_seconds",
@@ -86,3 +88,22 @@ def collect() -> Iterator[Metric]:
         for q in QUANTILES:
             ttfb.add_metric([model, str(q)], _quantile(values, q))
     yield from (latency, ttfb)
+
+
+def _budgets() -> Metric:
+    """What each budget has spent of its amount in the current period, and what is reserved in flight.
+
+    One series per budget (an organisation, a team or a key prefix: rows an
+    operator made, so bounded), for an alert on a budget near its end.
+    """
+    family = GaugeMetricFamily(
+        "llmgw_gateway_budget_used_ratio",
+        "Spent plus reserved over the amount of each budget, this period (1: nothing left).",
+        labels=["scope", "name"],
+    )
+    now = timezone.now()
+    for budget in Budget.objects.select_related("org", "team", "key").order_by("scope", "id"):
+        used = spent_now(budget, now) + max(budget.reserved_micros, 0)
+        ratio = used / budget.amount_micros if budget.amount_micros else 1.0
+        family.add_metric([budget.scope, budget.owner_name], ratio)
+    return family

@@ -198,7 +198,7 @@ class FleetCollector(Collector):
         yield family
 
     def _catalog(self) -> Iterator[Metric]:
-        models = list(CatalogModel.objects.values_list("name", "parked_at"))
+        models = list(CatalogModel.objects.values_list("name", "parked_at", "min_replicas"))
         counts = {
             (row["model__name"], row["state"]): row["n"]
             for row in Replica.objects.values("model__name", "state").annotate(n=Count("id"))
@@ -207,12 +207,19 @@ class FleetCollector(Collector):
         parked = GaugeMetricFamily(
             "llmgw_model_parked", "1 when the model is parked after failing every start.", labels=["model"]
         )
-        for name, parked_at in models:
+        # The minimum beside the ready count lets an alert say "short" in PromQL
+        # (min_replicas > ignoring(state) llmgw_replicas{state="ready"}).
+        minimum = GaugeMetricFamily(
+            "llmgw_model_min_replicas", "Replicas the catalog keeps ready (0: on demand).", labels=["model"]
+        )
+        for name, parked_at, min_replicas in models:
             for state in REPLICA_STATES:
                 replicas.add_metric([name, state], float(counts.get((name, state), 0)))
             parked.add_metric([name], 1.0 if parked_at else 0.0)
+            minimum.add_metric([name], float(min_replicas or 0))
         yield replicas
         yield parked
+        yield minimum
 
     def _autoscale(self) -> Iterator[Metric]:
         """Desired against running replicas per model, and the load the autoscaler reads (every worker summed)."""

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.models import ApiToken
 from gateway import metrics as gateway_metrics
-from gateway.models import ApiKey, Organisation, Team, UsageHour, UsageRecord
+from gateway.models import ApiKey, Budget, Organisation, Team, UsageHour, UsageRecord
 from observability import metrics
 
 pytestmark = pytest.mark.django_db
@@ -83,3 +83,12 @@ def test_observability_names_the_gateways_source_and_the_gateway_never_imports_o
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not [n for n in names if n.split(".")[0] == "observability"], f"{path.name} imports observability"
+
+
+def test_each_budget_says_how_much_of_it_is_used(client, django_user_model, key):
+    """Spent plus reserved over the amount, per budget, for an alert on a budget near its end."""
+    Budget.objects.create(scope="team", team=key.team, amount_micros=1000, spent_micros=850, reserved_micros=50)
+    Budget.objects.create(scope="org", org=key.team.org, amount_micros=4000, spent_micros=1000)
+    samples = scrape(client, django_user_model)
+    assert samples[("llmgw_gateway_budget_used_ratio", (("name", "search"), ("scope", "team")))] == pytest.approx(0.9)
+    assert samples[("llmgw_gateway_budget_used_ratio", (("name", "acme"), ("scope", "org")))] == pytest.approx(0.25)
