@@ -13,6 +13,7 @@ value before Django is configured.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -251,6 +252,29 @@ def _bool(env: dict[str, str], name: str) -> bool:
     if value in ("1", "true", "yes", "on"):
         return True
     raise ConfigError(name, f"{value!r} is not a yes/no value (use 1 or 0)")
+
+
+def number(env: dict[str, str], name: str, default: float, *, low: float = 0.0, high: float | None = None) -> float:
+    """A numeric setting: ``default`` when unset; a ConfigError naming it when it is not a finite number in range.
+
+    The one reader of numeric settings, for the gateway's and placement's alike, so
+    that every one refuses the same things in the same words (NaN and infinity
+    included, which a plain comparison would let through).
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"{raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(name, f"{raw!r} is not a finite number")
+    if high is None and value < low:
+        raise ConfigError(name, f"{raw} is below the least useful value, {low:g}")
+    if high is not None and not low <= value <= high:
+        raise ConfigError(name, f"{raw} is outside {low:g}..{high:g}")
+    return value
 
 
 def _count(env: dict[str, str], name: str, default: int, most: int) -> int:

@@ -353,19 +353,9 @@ class ChatStream:
     def feed(self, chunk: bytes) -> bytes:
         self._buffer += chunk
         out = bytearray()
-        for raw in sse.split(self._buffer):
-            data = sse.data(raw)
-            if data is None or self._finished:
-                continue
-            if data == b"[DONE]":
-                out += self._end()
-                continue
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out += self._chunk(obj)
+        for event in sse.chat_events(self._buffer):
+            if not self._finished:
+                out += self._end() if event is sse.DONE else self._chunk(event)
         return bytes(out)
 
     def tail(self) -> bytes:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 
-from core.config import ConfigError
+from core.config import number
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,7 @@ class GatewayConf:
 
 
 def _number(env: dict[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"{raw!r} is not a number") from None
-    if value < minimum:
-        raise ConfigError(name, f"{raw} is below the least useful value, {minimum:g}")
-    return value
+    return number(env, name, default, low=minimum)
 
 
 def load(env: dict[str, str] | None = None) -> GatewayConf:

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db.models import F
 
 from catalog.models import CapacityMeasurement, CatalogModel
-from core.config import ConfigError
+from core.config import ConfigError, number
 from core.models import AuditEntry
 from placement.models import Autoscale, Replica, ReplicaState, ScaleEvent
 from placement.scheduling.autoscale import HOLD, Decision, History, Policy, capacity_from, decide
@@ -50,16 +50,7 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 
 def _env_number(env: dict[str, str], name: str, default: float, low: float, high: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"{raw!r} is not a number") from None
-    if not low <= value <= high:
-        raise ConfigError(name, f"{raw} is outside {low:g}..{high:g}")
-    return value
+    return number(env, name, default, low=low, high=high)
 
 
 def policy(env: dict[str, str] | None = None) -> Policy:

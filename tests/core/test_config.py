@@ -149,3 +149,25 @@ def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path):
     ]
     checked = run_llmgw(tmp_path, "check", LLMGW_AUTOSCALE_TARGET="lots")
     assert checked.returncode != 0 and "LLMGW_AUTOSCALE_TARGET: 'lots' is not a number" in checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "low", "high", "words"),
+    [
+        ("lots", 0.0, None, "'lots' is not a number"),
+        ("nan", 0.0, None, "'nan' is not a finite number"),
+        ("inf", 0.0, None, "'inf' is not a finite number"),
+        ("-1", 0.0, None, "-1 is below the least useful value, 0"),
+        ("2", 0.05, 1.0, "2 is outside 0.05..1"),
+        ("nan", 0.05, 1.0, "'nan' is not a finite number"),
+    ],
+)
+def test_every_numeric_setting_refuses_the_same_things_in_the_same_words(raw, low, high, words):
+    with pytest.raises(config.ConfigError) as info:
+        config.number({"LLMGW_X": raw}, "LLMGW_X", 1.0, low=low, high=high)
+    assert info.value.variable == "LLMGW_X" and info.value.reason == words
+
+
+def test_a_numeric_setting_unset_is_its_default_and_set_is_its_value():
+    assert config.number({}, "LLMGW_X", 2.5) == 2.5
+    assert config.number({"LLMGW_X": " 0.3 "}, "LLMGW_X", 2.5, low=0.05, high=1.0) == 0.3
