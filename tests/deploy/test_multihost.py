@@ -100,7 +100,10 @@ def summary(cluster: Cluster, token: str) -> dict:
 def setup_gateway(cluster: Cluster) -> str:
     """A model served by a fake engine and a key for it, written through host 1's Django shell."""
     port = free_port()
-    cluster.start("engine", [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(port)])
+    # The cluster's processes run in its temporary folder; the fake engine is a module of this checkout's tests.
+    checkout = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
+    cluster.start("engine", [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(port)], env=env)
     wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200, 30, "engine")
     code = (
         "from tests.gateway.harness import key, model, replica\n"

@@ -120,6 +120,12 @@ def operations(h: Hostile) -> dict[tuple[str, str], Op]:
         ("POST", "/api/v1/nodes/{name}/state"): Op(params={"name": C}, body={"state": "cordon"}, undo=uncordon),
         ("POST", "/api/v1/weights/collect"): Op(body={"nodes": [C]}),
         ("POST", "/api/v1/fabrics/{fabric}/scan"): Op(params={"fabric": h.fabric_ids[A]}),
+        ("POST", "/api/v1/models/{name}/prefetch"): Op(
+            params={"name": "hostile-prefetched"},
+            body={"nodes": [C]},
+            prepare=make_model(simple_model("hostile-prefetched")),
+        ),
+        ("POST", "/api/v1/moves/resume"): Op(),
     }
 
 
