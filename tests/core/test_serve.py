@@ -88,8 +88,14 @@ class Server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
+            # Both listeners: the gateway's workers start after the admin listener answers,
+            # and a request sent before one accepts waits in the socket's queue (seconds,
+            # on a loaded host) — longer than a client's default timeout.
             try:
-                if httpx.get(f"http://{self.admin}/healthz", timeout=2).status_code == 200:
+                if all(
+                    httpx.get(f"http://{addr}/healthz", timeout=2).status_code == 200
+                    for addr in (self.admin, self.gateway)
+                ):
                     return
             except httpx.TransportError:
                 pass
