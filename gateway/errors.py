@@ -12,12 +12,14 @@ import json
 class Refused(Exception):
     """A request the gateway answers with an error instead of an engine's answer."""
 
-    def __init__(self, status: int, message: str, type_: str, code: str) -> None:
+    def __init__(self, status: int, message: str, type_: str, code: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type_
         self.code = code
+        self.retry_after_s = retry_after_s
+        """Sent as ``Retry-After`` (seconds) when set: when the client should try again."""
 
     def body(self) -> bytes:
         return json.dumps({"error": {"message": self.message, "type": self.type, "code": self.code}}).encode()
@@ -70,8 +72,8 @@ def rate_limited(sentence: str) -> Refused:
     return Refused(429, sentence, "rate_limit_error", "rate_limit_exceeded")
 
 
-def unavailable(message: str, code: str = "no_replica") -> Refused:
-    return Refused(503, message, "service_unavailable", code)
+def unavailable(message: str, code: str = "no_replica", retry_after_s: int | None = None) -> Refused:
+    return Refused(503, message, "service_unavailable", code, retry_after_s)
 
 
 def upstream_failed(message: str) -> Refused:
