@@ -48,7 +48,13 @@ def test_phases_are_kept_while_starting_and_recorded_once_when_ready(one):
 def test_the_estimate_drops_the_fetch_where_the_node_holds_the_weights(one):
     r, node = one
     ColdStart.objects.create(
-        model_id=r.model_id, profile_name="h100", node=node, replica_id="old", fetch_s=50, load_s=20, weights_local=False
+        model_id=r.model_id,
+        profile_name="h100",
+        node=node,
+        replica_id="old",
+        fetch_s=50,
+        load_s=20,
+        weights_local=False,
     )
     heartbeat(node, [shard_entry(r, "starting", phases={"fetch_s": 0.2, "load_s": 5.0, "weights_local": True})])
     status = reads.cold_start(r.model_id)
