@@ -122,13 +122,14 @@ def replicas(client: Client, console: Console, args) -> object:
     rows = client.get("replicas", model=args.model)
     if args.json:
         return rows
-    t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "DOWNLOAD", "START")
+    t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "START")
     for r in rows:
         state = show.markup("{} [yellow]stale[/]" if r["stale"] else "{}", r["state"])
         where = " ".join(f"{s['node']}:{','.join(s['gpu_labels']) or 'cpu'}" for s in r["shards"])
+        # The download while there is one, then the start's phases (rank 0's: where the API answers).
         download = " ".join(show.fetch(s.get("fetch")) for s in r["shards"] if s.get("fetch"))
-        first = r["shards"][0] if r["shards"] else {}
-        t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), download, phases(first))
+        start = download or phases(r["shards"][0] if r["shards"] else {})
+        t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), start)
     console.print(t)
     for r in rows:
         if r.get("start"):

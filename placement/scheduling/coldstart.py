@@ -50,7 +50,8 @@ class Estimate:
     basis: str
     """What the figures come from, in a sentence."""
     measured: bool
-    """False: nothing was measured for this model and profile, the defaults were used."""
+    """True only when every phase counted is measured: with a default in it (nothing measured for
+    this model and profile, or no download measured where one is needed) it is False."""
 
     @property
     def total_s(self) -> float:
@@ -78,6 +79,7 @@ def estimate(
     here = [s for s in samples if node is not None and s.node == node]
     loads = here or samples
     parts = [f"load: median of {len(loads)} start(s) {'on ' + node if here else 'on any node'}"]
+    measured = True
     if holds_weights:
         fetch = 0.0
         parts.append("no fetch (the node holds the weights)")
@@ -89,9 +91,9 @@ def estimate(
             where = "on " + str(node) if fetched_here else "on any node"
             parts.append(f"fetch: median of {len(fetched)} download(s) {where}")
         else:
-            fetch = default_fetch_s
+            fetch, measured = default_fetch_s, False
             parts.append("fetch: the default (no download measured)")
-    return Estimate(fetch, _median([s.load_s for s in loads]), "; ".join(parts), True)
+    return Estimate(fetch, _median([s.load_s for s in loads]), "; ".join(parts), measured)
 
 
 @dataclass(frozen=True)

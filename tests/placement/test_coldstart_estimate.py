@@ -40,13 +40,15 @@ def test_the_nodes_own_starts_beat_the_fleets_and_a_local_start_has_no_fetch():
     assert "on b" in on_b.basis
     on_c = estimate(history, "c", True)
     assert on_c.load_s == 7 and on_c.fetch_s == 0 and "on any node" in on_c.basis
-    assert estimate([Sample("a", 0.2, 9, True)], "a", False).fetch_s == DEFAULT_FETCH_S, "no download measured"
+    unknown_fetch = estimate([Sample("a", 0.2, 9, True)], "a", False)
+    assert unknown_fetch.fetch_s == DEFAULT_FETCH_S and not unknown_fetch.measured, "no download measured"
 
 
 @given(samples, st.one_of(st.none(), nodes), st.booleans())
 def test_the_estimate_is_a_median_of_what_was_measured(history, node, holds):
     est = estimate(history, node, holds)
-    assert est.total_s >= 0 and est.measured == bool(history)
+    downloads = any(not s.weights_local for s in history)
+    assert est.total_s >= 0 and est.measured == (bool(history) and (holds or downloads))
     if holds:
         assert est.fetch_s == 0
     if history:
