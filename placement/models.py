@@ -78,6 +78,7 @@ class Replica(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="When it first became ready.")
     stopping_since = models.DateTimeField(
         null=True, blank=True, help_text="When the reconciler told its nodes to stop it; NULL while it is wanted."
     )

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from agent.protocol import MAX_PHASE_S, PHASE_SECONDS
 from catalog.models import CatalogModel
@@ -256,6 +257,8 @@ def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> N
     if new != replica.state:
         fields["state"] = new
     if new == ReplicaState.READY:
+        if replica.ready_at is None:
+            fields["ready_at"] = timezone.now()
         endpoint = endpoint or _rank0_endpoint(replica, shards)
         if endpoint and endpoint != replica.endpoint:
             fields["endpoint"] = endpoint
