@@ -152,6 +152,7 @@ class Gateway:
             self.conf.flush_every_s,
             self.conf.touch_every_s,
             write_batch=self._write_on_loop if self.pg is not None else None,
+            busy=lambda: [r for r, n in self.in_flight.items() if n > 0],
         )
         self.in_flight: Counter[str] = Counter()
         # Per model, for the autoscaler (gateway.load; placement.writes.load sums every worker's).

@@ -71,6 +71,7 @@ def test_sglang_and_llamacpp_bind_the_address_and_want_the_key(tmp_path):
     s = spec(engine="llamacpp", api_key="k-secret")
     cmd = llamacpp.command(s, str(tmp_path), 9000, "10.0.0.7")
     assert last(cmd, "--host") == "10.0.0.7" and "k-secret" not in cmd
+    assert last(cmd, "--interrupt_requests") == "False", "a new request must not cut off the stream in progress"
     assert llamacpp.environment(s, "10.0.0.7", 9000) == {
         "HOST": "10.0.0.7",  # llama_cpp.server lets HOST and PORT beat its flags
         "PORT": "9000",

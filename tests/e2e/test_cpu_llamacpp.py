@@ -329,6 +329,8 @@ def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(
         LLMGW_EVERY_RECONCILE="1",
         LLMGW_AUTOSCALE_UP_WINDOW_S="1",
         LLMGW_COLD_START_TIMEOUT_S="120",
+        # Use is written every second, so an 8 s idle timeout means idle, not "not written yet".
+        LLMGW_GATEWAY_TOUCH_EVERY_S="1",
     )
     agents: list[subprocess.Popen] = []
     try:

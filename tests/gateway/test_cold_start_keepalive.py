@@ -122,7 +122,7 @@ def test_a_streaming_request_waiting_for_a_cold_start_is_kept_alive_with_comment
     assert loading and loading[-1].endswith(" s left"), said
     # The comments go out every keepalive interval, the first after one.
     first = next(t for t, c in answer.chunks if c.startswith(b": "))
-    assert 0.25 <= first < 1.5
+    assert 0.25 <= first < 2.5
     events = answer.events()
     assert [e["choices"][0]["delta"].get("content") for e in events if e.get("choices")][:3] == ["w0 ", "w1 ", "w2 "]
     assert answer.body.rstrip().endswith(b"data: [DONE]")
@@ -133,7 +133,7 @@ def test_a_streaming_request_waiting_for_a_cold_start_is_kept_alive_with_comment
 def test_a_replica_ready_within_the_first_keepalive_is_answered_as_if_nothing_waited(start, engines):
     engine = engines(tokens=2)
     start.play(engine.url, fetch_s=0.1, load_s=0.2)
-    slow_keepalive = dataclasses.replace(WAIT, cold_keepalive_s=3.0)
+    slow_keepalive = dataclasses.replace(WAIT, cold_keepalive_s=20.0, cold_start_timeout_s=20.0)
     secret = key()
     answer = run(lambda app: call(app, CHAT, hello(), key=secret), slow_keepalive)
     assert answer.status == 200 and answer.headers["x-llmgw-replica"] == start.replica.id
@@ -153,15 +153,15 @@ def test_a_start_measured_longer_than_the_wait_is_503_at_once_with_retry_after(s
         return chat, plain, messages
 
     t0 = time.monotonic()
-    chat, plain, messages = run(scenario)
-    assert time.monotonic() - t0 < WAIT.cold_start_timeout_s, "refused up front, not after the wait"
+    chat, plain, messages = run(scenario, dataclasses.replace(WAIT, cold_start_timeout_s=30.0))
+    assert time.monotonic() - t0 < 15, "refused up front, not after the wait"
     for answer in (chat, plain, messages):
         assert answer.status == 503
         assert 85 <= int(answer.headers["retry-after"]) <= 95, "100 s of load, 10 done"
     error = chat.json()["error"]
     assert error["code"] == "cold_start_timeout" and error["type"] == "service_unavailable"
     assert error["message"].startswith(
-        "cold: replica starting on cpu-a, loading the engine, about 90 s left, longer than this gateway waits"
+        "cold: replica starting on cpu-a, loading the engine, about 90 s left, longer than this gateway waits, 30 s"
     )
     assert "LLMGW_COLD_START_TIMEOUT_S" in error["message"] and "median of 3 start(s) on cpu-a" in error["message"]
     assert messages.json()["type"] == "error" and messages.json()["error"]["type"] == "overloaded_error"
