@@ -331,3 +331,23 @@ def test_the_model_page_shows_each_starts_phases_and_where_a_start_stands(operat
     assert "fetch 0 s (local), load 41 s" in page
     assert "llama-8b: replica starting on hgx-001, loading the engine, about 55 s left" in page
     assert "the defaults" in page, "nothing measured yet: the estimate says what it used"
+
+
+def test_the_model_page_shows_prefetch_progress_live(operator, fleet):
+    from catalog.models import WeightPrefetch
+
+    model = CatalogModel.objects.get(name="llama-8b")
+    now = timezone.now()
+    WeightPrefetch.objects.create(
+        model=model, node="hgx-001", source="hf://m", requested_by="olivia", bytes_done=4 * 10**9,
+        bytes_total=16 * 10**9, updated_at=now,
+    )  # fmt: skip
+    WeightPrefetch.objects.create(
+        model=model, node="hgx-000", source="hf://m", requested_by="olivia", error="no space left on device",
+        updated_at=now, done_at=now,
+    )  # fmt: skip
+    fragment = operator.get("/admin/models/llama-8b/live").content.decode()
+    assert 'data-prefetch="hgx-001" data-state="fetching"' in fragment
+    assert '<progress max="100" value="25"></progress> 25 % of' in fragment
+    assert 'data-state="failed"' in fragment and "no space left on device" in fragment
+    assert "Weights prefetched" in operator.get("/admin/models/llama-8b/").content.decode()
