@@ -319,7 +319,8 @@ def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tm
 def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(tmp_path):
     """min 1, max 2 on two CPU nodes (two real agents on this machine): concurrent clients through the
     gateway make the autoscaler start a second llama.cpp replica, which serves; once they stop one of the
-    two (the one idle longest) is removed after the idle timeout (8 s here). Each start's phases, as the agents timed them, are kept."""
+    two (the one idle longest) is removed after the idle timeout (8 s here). Each start's phases, as the
+    agents timed them, are kept."""
     import openai
 
     require_llama_cpp()
