@@ -105,13 +105,6 @@ class ColdStream:
 
 
 def _engine_refusal(status: int, data: bytes) -> errors.Refused:
-    message = data[:500].decode(errors="replace")
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
-        message = str(inner.get("message") or message)
+    message = errors.engine_message(data)
     code = "engine_refused" if status >= 400 else "not_a_stream"
     return errors.Refused(status if status >= 400 else 502, f"the engine answered: {message}", "upstream_error", code)

@@ -25,6 +25,21 @@ class Refused(Exception):
         return json.dumps({"error": {"message": self.message, "type": self.type, "code": self.code}}).encode()
 
 
+def engine_message(data: bytes) -> str:
+    """What an engine's refusal says: its error's ``message`` when it is a JSON object with one, else its
+    first 500 bytes as text."""
+    message = data[:500].decode(errors="replace")
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return message
+    if isinstance(obj, dict):
+        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        if isinstance(inner.get("message"), str):
+            return inner["message"]
+    return message
+
+
 def bad_request(message: str, code: str = "invalid_request") -> Refused:
     return Refused(400, message, "invalid_request_error", code)
 

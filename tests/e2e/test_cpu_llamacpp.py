@@ -72,6 +72,16 @@ print("added", model.name)
 """
 
 
+def smollm2(gguf: Path, **scaling) -> dict:
+    """The catalog definition of SmolLM2 on one CPU profile, with ``scaling`` (min, max, idle_timeout)."""
+    return {
+        "name": "smollm2",
+        "source": gguf.as_uri(),
+        "scaling": scaling,
+        "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
+    }
+
+
 def add_model(server: Server, definition: dict) -> None:
     """Through catalog.writes, in the served control plane's own database."""
     done = subprocess.run(
@@ -162,15 +172,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         engines = json.loads(inv.rows("select engines from inventory_node where name = 'e2e-cpu'")[0][0] or "{}")
         assert "llamacpp" in engines, f"discovery did not find llama-cpp-python: {engines}"
 
-        add_model(
-            server,
-            {
-                "name": "smollm2",
-                "source": gguf.as_uri(),
-                "scaling": {"min": 1, "max": 1},
-                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
-            },
-        )
+        add_model(server, smollm2(gguf, min=1, max=1))
         rid, endpoint = wait_ready(inv, agent, tmp_path, server)
         assert endpoint.startswith("http://127.0.0.1:")
         engine_key = inv.value("select engine_key from placement_replica where id = ?", rid)
@@ -235,15 +237,7 @@ def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tm
         while not inv.rows("select 1 from inventory_node where name = 'e2e-cpu'"):
             assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
             time.sleep(0.3)
-        add_model(
-            server,
-            {
-                "name": "smollm2",
-                "source": gguf.as_uri(),
-                "scaling": {"min": 0, "max": 1},
-                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
-            },
-        )
+        add_model(server, smollm2(gguf, min=0, max=1))
         time.sleep(3)
         assert inv.rows("select count(*) from placement_replica")[0][0] == 0, "min 0: nothing placed yet"
 
@@ -342,15 +336,7 @@ def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(
         while inv.value("select count(*) from inventory_node where name like 'e2e-cpu%'") < 2:
             assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
             time.sleep(0.3)
-        add_model(
-            server,
-            {
-                "name": "smollm2",
-                "source": gguf.as_uri(),
-                "scaling": {"min": 1, "max": 2, "idle_timeout": "8s"},
-                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
-            },
-        )
+        add_model(server, smollm2(gguf, min=1, max=2, idle_timeout="8s"))
         wait_ready(inv, agents[0], tmp_path, server)
         admin = {"Authorization": f"Bearer {(server.data / 'admin-token').read_text().strip()}"}
         # One request at a time is what llama-cpp-python's server serves: 80 % of that is 0.8 per replica.
