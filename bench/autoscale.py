@@ -208,16 +208,23 @@ def weights(args) -> None:
     fetch_s = args.weights_gb / args.fetch_gbps
     shape, seconds = SHAPES["burst"]
     print(f"\n== cold start: weights local against remote ({args.weights_gb:g} GB at {args.fetch_gbps:g} GB/s) ==")
-    print(f"{'weights':>8} {'start s':>8} {'first added ready':>18} {'waited':>7} {'p99 wait s':>11}")
+    print(
+        f"{'weights':>8} {'start s':>8} {'first added ready':>18} {'requests':>9} {'waited':>7} "
+        f"{'p99 wait s':>11} {'wait s, all':>12}"
+    )
     runs = {}
     for label, start in (("local", args.start_s), ("remote", args.start_s + fetch_s)):
         run = runs[label] = simulate(shape, seconds, args, True, start)
         first = f"{run.first_ready_s:.0f} s" if run.first_ready_s is not None else "never"
-        print(f"{label:>8} {start:>8.0f} {first:>18} {run.waited:>7} {p99(run.waits):>11.0f}")
+        print(
+            f"{label:>8} {start:>8.0f} {first:>18} {len(run.waits):>9} {run.waited:>7} "
+            f"{p99(run.waits):>11.0f} {sum(run.waits):>12.0f}"
+        )
     local, remote = runs["local"], runs["remote"]
     print(
         f"remote/local: first added replica ready {remote.first_ready_s / local.first_ready_s:.2f}×, "
-        f"p99 wait {p99(remote.waits) / max(1.0, p99(local.waits)):.2f}×"
+        f"time spent waiting {sum(remote.waits) / max(1.0, sum(local.waits)):.2f}×, "
+        f"requests served {len(remote.waits) / max(1, len(local.waits)):.2f}×"
         if local.first_ready_s and remote.first_ready_s
         else "remote/local: no replica was added"
     )
