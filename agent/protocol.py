@@ -18,6 +18,12 @@ SCAN_PATH = "/api/v1/agent/scan"
 HEARTBEAT_INTERVAL_S = 5.0
 REPORT_INTERVAL_S = 60.0
 
+# A shard's start, as its heartbeat entry's ``phases`` reports it (agent/supervisor/supervisor.py):
+# seconds per phase, and whether the weights were on the node already. A phase longer than a
+# week is no reading: the supervisor gives an engine at most its start timeout.
+PHASE_SECONDS = ("fetch_s", "load_s")
+MAX_PHASE_S = 7 * 86400.0
+
 # Readings that change at every report and say nothing about what the machine is.
 VOLATILE_TOP = ("collected_at", "load")
 VOLATILE_GPU = ("temperature_c", "power_w", "utilization_pct", "processes")

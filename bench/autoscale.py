@@ -18,8 +18,16 @@ rise to the first added replica being ready, the requests that waited and
 their p99 wait, and the same run with autoscaling off (``min`` replicas)
 as the baseline.
 
+Then a cold start with the weights local against remote: a start is the
+engine's load (``--start-s``) plus, on a node without the weights, their
+fetch (``--weights-gb`` at ``--fetch-gbps``). The burst is run with each,
+and the cold-start estimate (``placement.scheduling.coldstart``, fed the
+starts the run measured) is printed for a node that holds the weights and one
+that does not: what a waiting client would be told, and its Retry-After.
+
     python bench/autoscale.py                      # ramp 1 → 64 → 0, and a burst of 64
     python bench/autoscale.py --start-s 60 --cooldown-s 120
+    python bench/autoscale.py --weights-gb 140 --fetch-gbps 0.5
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from placement.scheduling import coldstart
 from placement.scheduling.autoscale import Capacity, History, Load, Policy, decide
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -75,7 +84,9 @@ class Run:
     decisions: list[str] = field(default_factory=list)
 
 
-def simulate(shape, seconds: int, args, autoscale: bool) -> Run:
+def simulate(shape, seconds: int, args, autoscale: bool, start_s: float | None = None) -> Run:
+    """One run; ``start_s`` replaces ``args.start_s`` (a start with a fetch in it)."""
+    start_s = args.start_s if start_s is None else start_s
     policy = Policy(up_window_s=args.up_window_s, cooldown_s=args.cooldown_s)
     capacity = Capacity("sim", args.concurrency, measured=True)
     run = Run()
@@ -130,7 +141,7 @@ def simulate(shape, seconds: int, args, autoscale: bool) -> Run:
             history, desired = d.history, d.desired
             have = ready + len(starting)
             for _ in range(max(0, desired - have)):
-                starting.append(t + args.start_s)
+                starting.append(t + start_s)
             for _ in range(max(0, have - desired)):
                 if starting:
                     starting.pop()
@@ -180,6 +191,8 @@ def main() -> None:
     parser.add_argument("--up-window-s", type=float, default=15.0)
     parser.add_argument("--cooldown-s", type=float, default=60.0)
     parser.add_argument("--every", type=int, default=30, help="print one row every this many seconds")
+    parser.add_argument("--weights-gb", type=float, default=16.0, help="the weights' size, for a remote start")
+    parser.add_argument("--fetch-gbps", type=float, default=0.5, help="the simulated fetch speed, GB/s")
     args = parser.parse_args()
     print(
         f"replica: {args.concurrency} at once, {args.service_s:g} s a request, ready {args.start_s:g} s after asked; "
@@ -187,6 +200,44 @@ def main() -> None:
     )
     for name, (shape, seconds) in SHAPES.items():
         report(name, simulate(shape, seconds, args, True), simulate(shape, seconds, args, False), args.every)
+    weights(args)
+
+
+def weights(args) -> None:
+    """The burst with every start on a warm disk, then with every start fetching the weights first."""
+    fetch_s = args.weights_gb / args.fetch_gbps
+    shape, seconds = SHAPES["burst"]
+    print(f"\n== cold start: weights local against remote ({args.weights_gb:g} GB at {args.fetch_gbps:g} GB/s) ==")
+    print(
+        f"{'weights':>8} {'start s':>8} {'first added ready':>18} {'requests':>9} {'waited':>7} "
+        f"{'p99 wait s':>11} {'wait s, all':>12}"
+    )
+    runs = {}
+    for label, start in (("local", args.start_s), ("remote", args.start_s + fetch_s)):
+        run = runs[label] = simulate(shape, seconds, args, True, start)
+        first = f"{run.first_ready_s:.0f} s" if run.first_ready_s is not None else "never"
+        print(
+            f"{label:>8} {start:>8.0f} {first:>18} {len(run.waits):>9} {run.waited:>7} "
+            f"{p99(run.waits):>11.0f} {sum(run.waits):>12.0f}"
+        )
+    local, remote = runs["local"], runs["remote"]
+    print(
+        f"remote/local: first added replica ready {remote.first_ready_s / local.first_ready_s:.2f}×, "
+        f"time spent waiting {sum(remote.waits) / max(1.0, sum(local.waits)):.2f}×, "
+        f"requests served {len(remote.waits) / max(1, len(local.waits)):.2f}×"
+        if local.first_ready_s and remote.first_ready_s
+        else "remote/local: no replica was added"
+    )
+    # The starts those runs made, as the agents would have timed them: three on node a (downloads), two on b.
+    samples = [coldstart.Sample("a", fetch_s, args.start_s, False) for _ in range(3)]
+    samples += [coldstart.Sample("b", 0.0, args.start_s * 1.2, True) for _ in range(2)]
+    print("estimate (from 3 downloads on a, 2 local starts on b):")
+    for node, holds in (("b", True), ("a", False), ("c", False)):
+        est = coldstart.estimate(samples, node, holds)
+        left = coldstart.remaining(est, coldstart.Progress("pending"))
+        told = coldstart.describe("m", node, coldstart.Progress("pending"), left)
+        print(f"  node {node}, {'holds' if holds else 'no'} weights: {est.total_s:.0f} s ({est.basis})")
+        print(f"    told: {told}; Retry-After {math.ceil(left)}")
 
 
 if __name__ == "__main__":

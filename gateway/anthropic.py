@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import sse
+from gateway.errors import engine_message
 
 NATIVE_ENGINES = frozenset({"vllm"})
 """Engines (catalog profile ``engine``) whose server answers ``/v1/messages`` itself: vLLM since 0.11.
@@ -305,16 +306,7 @@ def usage_of(obj: Any) -> tuple[int, int] | None:
 
 def engine_error(status: int, data: bytes) -> bytes:
     """An engine's refusal (an OpenAI-shaped error, or anything) in Anthropic's error shape, its message kept."""
-    message = data[:500].decode(errors="replace")
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
-        if isinstance(inner.get("message"), str):
-            message = inner["message"]
-    return error_body(status, f"the engine refused the request: {message}")
+    return error_body(status, f"the engine refused the request: {engine_message(data)}")
 
 
 # --- streams -------------------------------------------------------------------

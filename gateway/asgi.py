@@ -72,8 +72,10 @@ async def _read_body(receive, limit: int) -> bytes | None:
             return bytes(body)
 
 
-async def _answer(send, status: int, body: bytes) -> None:
+async def _answer(send, status: int, body: bytes, retry_after_s: int | None = None) -> None:
     headers = [*JSON, (b"content-length", str(len(body)).encode())]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -106,7 +108,7 @@ class GatewayApp:
             await self._dispatch(scope, receive, tracked_send)
         except errors.Refused as refusal:
             if not started:
-                await _answer(send, refusal.status, _error(scope.get("path", ""), refusal))
+                await _answer(send, refusal.status, _error(scope.get("path", ""), refusal), refusal.retry_after_s)
         except DATABASE_DOWN as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(

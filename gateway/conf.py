@@ -18,6 +18,8 @@ from core.config import number
 class GatewayConf:
     cold_start_timeout_s: float
     """How long a request for a model scaled to zero waits for its first replica."""
+    cold_keepalive_s: float
+    """How often a streaming request waiting for a cold start gets an SSE comment (the first after as long)."""
     max_body_bytes: int
     """Larger request bodies are refused with 413 before anything else is done."""
     upstream_connect_timeout_s: float
@@ -51,6 +53,7 @@ def load(env: dict[str, str] | None = None) -> GatewayConf:
     env = dict(os.environ if env is None else env)
     return GatewayConf(
         cold_start_timeout_s=_number(env, "LLMGW_COLD_START_TIMEOUT_S", 300.0),
+        cold_keepalive_s=_number(env, "LLMGW_COLD_KEEPALIVE_S", 5.0, minimum=0.05),
         max_body_bytes=int(_number(env, "LLMGW_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)),
         upstream_connect_timeout_s=_number(env, "LLMGW_UPSTREAM_CONNECT_TIMEOUT_S", 5.0, minimum=0.1),
         upstream_read_timeout_s=_number(env, "LLMGW_UPSTREAM_READ_TIMEOUT_S", 600.0, minimum=1.0),

@@ -12,15 +12,32 @@ import json
 class Refused(Exception):
     """A request the gateway answers with an error instead of an engine's answer."""
 
-    def __init__(self, status: int, message: str, type_: str, code: str) -> None:
+    def __init__(self, status: int, message: str, type_: str, code: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type_
         self.code = code
+        self.retry_after_s = retry_after_s
+        """Sent as ``Retry-After`` (seconds) when set: when the client should try again."""
 
     def body(self) -> bytes:
         return json.dumps({"error": {"message": self.message, "type": self.type, "code": self.code}}).encode()
+
+
+def engine_message(data: bytes) -> str:
+    """What an engine's refusal says: its error's ``message`` when it is a JSON object with one, else its
+    first 500 bytes as text."""
+    message = data[:500].decode(errors="replace")
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return message
+    if isinstance(obj, dict):
+        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        if isinstance(inner.get("message"), str):
+            return inner["message"]
+    return message
 
 
 def bad_request(message: str, code: str = "invalid_request") -> Refused:
@@ -70,8 +87,8 @@ def rate_limited(sentence: str) -> Refused:
     return Refused(429, sentence, "rate_limit_error", "rate_limit_exceeded")
 
 
-def unavailable(message: str, code: str = "no_replica") -> Refused:
-    return Refused(503, message, "service_unavailable", code)
+def unavailable(message: str, code: str = "no_replica", retry_after_s: int | None = None) -> Refused:
+    return Refused(503, message, "service_unavailable", code, retry_after_s)
 
 
 def upstream_failed(message: str) -> Refused:

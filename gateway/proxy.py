@@ -11,7 +11,10 @@
    affinity; a replica that fails before answering is passed over for the
    next; then the fallbacks in order. A model scaled to zero is asked for
    (``placement.writes.demand.request_replica``) and waited for, up to
-   LLMGW_COLD_START_TIMEOUT_S.
+   LLMGW_COLD_START_TIMEOUT_S; a streaming request is kept alive meanwhile
+   with SSE comments saying where the start stands, and one that cannot be
+   served in time gets 503 with ``Retry-After`` from the start's estimate
+   (gateway.coldwait says when each happens).
 4. Relay the engine's answer as it comes: each streamed event is passed on
    as soon as it is complete, those that arrived together in one piece.
 5. Record usage and settle budgets whatever happened, a client that went
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -34,7 +38,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody, tracing
-from gateway import admission, anthropic, conf, errors, responses, router, rules, shapes, tokens, upstream
+from gateway import admission, anthropic, coldwait, conf, errors, responses, router, rules, shapes, tokens, upstream
 from gateway import tracing as gateway_tracing
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.load import LoadMeter, Publisher
@@ -43,6 +47,7 @@ from gateway.ratelimit import Limiter
 from gateway.rules import Caller
 from gateway.writes import budgets, usage
 from gateway.writes.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
+from placement import reads as placement_reads
 from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
@@ -53,6 +58,8 @@ AS_CHAT = {"messages": anthropic.to_chat, "responses": responses.to_chat}
 # How often one model may be asked for again while it is starting.
 DEMAND_EVERY_S = 1.0
 COLD_POLL_S = 0.5
+# How long one read of a model's start serves every request waiting for it.
+START_STATUS_TTL_S = 1.0
 
 
 _relaxed = threading.local()
@@ -145,6 +152,7 @@ class Gateway:
             self.conf.flush_every_s,
             self.conf.touch_every_s,
             write_batch=self._write_on_loop if self.pg is not None else None,
+            busy=lambda: [r for r, n in self.in_flight.items() if n > 0],
         )
         self.in_flight: Counter[str] = Counter()
         # Per model, for the autoscaler (gateway.load; placement.writes.load sums every worker's).
@@ -152,6 +160,7 @@ class Gateway:
         self.load_publisher = Publisher(self.load, self.run_db, redis)
         self.background: set[asyncio.Task] = set()
         self._demanded: dict[str, float] = {}
+        self._starts: dict[int, tuple[float, dict | None]] = {}
 
     async def run_db(self, fn, *args):
         """Run ``fn`` on a request-path database thread."""
@@ -362,14 +371,33 @@ class Gateway:
             if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                 return
         if entry.on_demand:
+            cold = coldwait.ColdStream(ticket.endpoint, entry.name, send) if ticket.stream else None
             self.load.wait(entry.name)
             try:
                 with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
-                    snapshot = await self._wait_for_replica(entry, ticket.started)
+                    snapshot = await self._wait_for_replica(entry, ticket.started, cold)
+                relay = cold.send if cold is not None and cold.committed else send
+            except errors.Refused as refusal:
+                if cold is not None and cold.committed:
+                    await cold.fail(refusal)
+                raise
             finally:
                 self.load.waited(entry.name)
-            if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, send):
-                return
+            try:
+                if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, relay):
+                    if cold is not None and cold.committed and not cold.ended:
+                        await cold.fail(errors.upstream_failed("the engine's answer ended without its end"))
+                    return
+                self._no_replica(entry, fallbacks, failures)
+            except errors.Refused as refusal:
+                if cold is not None and cold.committed:
+                    await cold.fail(refusal)
+                raise
+        self._no_replica(entry, fallbacks, failures)
+
+    @staticmethod
+    def _no_replica(entry: ModelEntry, fallbacks: list[ModelEntry], failures: list[str]) -> None:
+        """Raise why ``entry`` could not be served: every replica failed, or none was ready."""
         if failures:
             raise errors.upstream_failed(
                 f"every replica tried for {entry.name!r} failed before answering: " + "; ".join(failures[-3:])
@@ -530,17 +558,69 @@ class Gateway:
         self._demanded[entry.name] = now
         await self.run_db(demand.request_replica, entry.name)
 
-    async def _wait_for_replica(self, entry: ModelEntry, started: float) -> Snapshot:
+    async def _start_status(self, entry: ModelEntry) -> dict | None:
+        """Where the model's start stands (placement.reads.cold_start); None when it cannot be read now.
+
+        Shared by the requests waiting for the same model for a second: each
+        read scans the nodes' weights, and a hundred waiting clients need it once.
+        """
+        now = time.monotonic()
+        cached = self._starts.get(entry.id)
+        if cached is not None and now - cached[0] < START_STATUS_TTL_S:
+            return cached[1]
+        try:
+            status = await self.run_db(placement_reads.cold_start, entry.id)
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("gateway: the start of %s could not be read: %s", entry.name, exc)
+            return None
+        self._starts[entry.id] = (now, status)
+        return status
+
+    def _cold_refusal(self, entry: ModelEntry, status: dict | None, *, up_front: bool) -> errors.Refused:
+        """503 with ``Retry-After`` from the start's estimate, saying where the start stands."""
+        bound = f"{self.conf.cold_start_timeout_s:g} s (LLMGW_COLD_START_TIMEOUT_S)"
+        if status is None:
+            return errors.unavailable(
+                f"model {entry.name!r} is starting but no replica was ready within {bound}; try again shortly",
+                "cold_start_timeout",
+            )
+        left = status["remaining_s"]
+        retry = max(1, math.ceil(left))
+        if up_front:
+            why = f"{status['sentence']}, longer than this gateway waits, {bound}"
+        else:
+            why = f"no replica was ready within {bound}: {status['sentence']}"
+        return errors.unavailable(
+            f"{why}; retry after {retry} s (estimate {status['estimate_s']:g} s: {status['basis']})",
+            "cold_start_timeout",
+            retry,
+        )
+
+    async def _wait_for_replica(
+        self, entry: ModelEntry, started: float, cold: coldwait.ColdStream | None = None
+    ) -> Snapshot:
+        """The snapshot once ``entry`` has a ready replica, or 503 when it will not have one within the bound.
+
+        ``cold`` (streaming requests) is committed after the first keepalive
+        interval and gets a comment every interval from then on.
+        """
         deadline = started + self.conf.cold_start_timeout_s
+        status = await self._start_status(entry)
+        if status is not None and status["measured"] and time.monotonic() + status["remaining_s"] > deadline:
+            raise self._cold_refusal(entry, status, up_front=True)
+        keepalive = time.monotonic() + self.conf.cold_keepalive_s
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
-                raise errors.unavailable(
-                    f"model {entry.name!r} is starting but no replica was ready within "
-                    f"{self.conf.cold_start_timeout_s:g}s (LLMGW_COLD_START_TIMEOUT_S); try again shortly",
-                    "cold_start_timeout",
-                )
-            await asyncio.sleep(min(COLD_POLL_S, left))
+                raise self._cold_refusal(entry, await self._start_status(entry), up_front=False)
+            if cold is not None and now >= keepalive:
+                keepalive = now + self.conf.cold_keepalive_s
+                status = await self._start_status(entry)
+                if not cold.committed:
+                    await cold.commit()
+                await cold.comment(f"waiting for {status['sentence'] if status else entry.name + ': starting'}")
+            await asyncio.sleep(min(COLD_POLL_S, left, max(0.01, keepalive - time.monotonic())))
             snapshot = await self.directory.refresh(newer_than=time.monotonic() - COLD_POLL_S / 2)
             if snapshot.replicas.get(entry.id):
                 return snapshot

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.protocol import MAX_PHASE_S, PHASE_SECONDS
 from inventory.devices import MIG_INDEX_BASE
 
 MAX_GPUS = 2048
@@ -401,6 +402,25 @@ def report_problems(report: Any, bounds: Bounds) -> list[str]:
     return out[:MAX_PROBLEMS_REPORTED]
 
 
+def _phases(phases: Any, where: str, out: list[str]) -> None:
+    """A shard's start phases: seconds within [0, MAX_PHASE_S] each, ``weights_local`` true or false.
+
+    Refused rather than dropped: these become the cold-start estimate a
+    waiting client is told, so a node that sends absurd timings hears why.
+    """
+    if phases is None:
+        return
+    if not isinstance(phases, dict):
+        out.append(f"{where} must be an object of {', '.join(PHASE_SECONDS)} (seconds) and weights_local")
+        return
+    for name in PHASE_SECONDS:
+        value = phases.get(name)
+        if value is not None and not (_number(value) and 0 <= value <= MAX_PHASE_S):
+            out.append(f"{where}.{name} must be a number of seconds between 0 and {MAX_PHASE_S:.0f}")
+    if phases.get("weights_local") is not None and not _bool(phases["weights_local"]):
+        out.append(f"{where}.weights_local must be true or false")
+
+
 def heartbeat_problems(beat: Any) -> list[str]:
     if not isinstance(beat, dict):
         return ["the heartbeat must be a JSON object"]
@@ -416,6 +436,9 @@ def heartbeat_problems(beat: Any) -> list[str]:
             out.append("heartbeat.shards must be a list of objects")
         elif len(shards) > 256:
             out.append("heartbeat.shards has more than 256 entries")
+        else:
+            for i, shard in enumerate(shards):
+                _phases(shard.get("phases"), f"heartbeat.shards[{i}].phases", out)
     if "collected" in beat:
         done = beat["collected"]
         if not isinstance(done, list) or not all(isinstance(d, dict) and _str(d.get("path")) for d in done):

@@ -78,6 +78,7 @@ class Replica(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="When it first became ready.")
     stopping_since = models.DateTimeField(
         null=True, blank=True, help_text="When the reconciler told its nodes to stop it; NULL while it is wanted."
     )
@@ -121,6 +122,9 @@ class Shard(models.Model):
     fetch_source = models.CharField(max_length=500, blank=True)
     fetch_done = models.BigIntegerField(null=True, blank=True)
     fetch_total = models.BigIntegerField(null=True, blank=True)
+    phases = models.JSONField(
+        default=dict, blank=True, help_text="The start's phases as the agent last reported them (fetch_s, load_s, …)."
+    )
 
     class Meta:
         ordering = ["replica", "rank"]
@@ -284,3 +288,38 @@ class NodeLossMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.replica_id} moved at {self.at:%H:%M:%S}"
+
+
+class ColdStart(models.Model):
+    """One measured start of a shard: how long its fetch and its engine's load took, on which node.
+
+    Written once, when the agent reports the shard ready with its phases
+    (placement.writes.shard_status); read to estimate the next start of the
+    same model and profile (placement.scheduling.coldstart). Names, not keys,
+    for the node and profile: a measurement outlives the replica it timed,
+    and a node that is re-registered keeps its history. Only the newest
+    ``KEEP`` per model, profile and node are kept.
+    """
+
+    KEEP = 20
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="cold_starts")
+    profile_name = models.CharField(max_length=64)
+    node = models.CharField(max_length=255)
+    replica_id = models.CharField(max_length=32)
+    rank = models.PositiveSmallIntegerField(default=0)
+    fetch_s = models.FloatField()
+    load_s = models.FloatField()
+    weights_local = models.BooleanField(help_text="The weights were on the node already: nothing was downloaded.")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["model", "profile_name", "-at"], name="coldstart_model_profile_at")]
+        constraints = [
+            models.UniqueConstraint(fields=["replica_id", "rank"], name="coldstart_once_per_shard"),
+            models.CheckConstraint(condition=Q(fetch_s__gte=0) & Q(load_s__gte=0), name="coldstart_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}/{self.profile_name}@{self.node}: {self.fetch_s + self.load_s:.1f} s"

@@ -12,6 +12,7 @@ reads, which are handed what placement read.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import asdict
 from datetime import datetime
@@ -21,7 +22,9 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from catalog.models import CatalogModel
+from catalog.prefetch import holders as weight_holders
 from catalog.reads import model_rows, model_view
+from core.config import number
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
@@ -29,8 +32,9 @@ from inventory.models import Node, NVLinkDomain
 from inventory.reads import nodes as inventory_nodes
 from inventory.reads.nodes import NodeUsage
 from placement import snapshot as snap
-from placement.models import Autoscale, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
+from placement.models import Autoscale, ColdStart, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
 from placement.moves import moves_per_minute
+from placement.scheduling import coldstart
 from placement.scheduling import what_if as what_if_model
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
@@ -66,10 +70,16 @@ def replica_list(model: str | None = None, now: datetime | None = None) -> list[
         "fetch_source",
         "fetch_done",
         "fetch_total",
+        "phases",
     ):
         shards[s["replica_id"]].append(s)
     reported = _reported_fetches({s["node_id"] for group in shards.values() for s in group})
-    return [_replica_view(r, shards.get(r.pk, []), reported, now) for r in replicas]
+    starts = _starts(replicas)
+    views = [_replica_view(r, shards.get(r.pk, []), reported, now) for r in replicas]
+    for view in views:
+        if view["id"] in starts:
+            view["start"] = starts[view["id"]]
+    return views
 
 
 def _reported_fetches(node_ids: set[int]) -> dict[str, dict]:
@@ -122,6 +132,8 @@ def _shard_view(replica_id: str, s: dict, reported: dict[str, dict]) -> dict[str
     fetch = fetch_view(s, reported.get(sid))
     if fetch is not None:
         view["fetch"] = fetch
+    if s.get("phases"):
+        view["phases"] = s["phases"]
     return view
 
 
@@ -145,6 +157,113 @@ def fetch_view(shard: dict, reported: dict | None) -> dict[str, Any] | None:
         view["bytes_total"] = total
         view["percent"] = min(100, int(max(0, done) * 100 / total))
     return view
+
+
+# --- cold starts ----------------------------------------------------------------------
+
+# How many recent starts of a model and profile the estimate reads (newest first).
+SAMPLES = 50
+
+
+def start_defaults(env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The engine load and the fetch assumed before anything was measured (LLMGW_COLD_START_DEFAULT_*_S)."""
+    env = dict(os.environ if env is None else env)
+    return (
+        number(env, "LLMGW_COLD_START_DEFAULT_LOAD_S", coldstart.DEFAULT_LOAD_S, low=0.0, high=86400.0),
+        number(env, "LLMGW_COLD_START_DEFAULT_FETCH_S", coldstart.DEFAULT_FETCH_S, low=0.0, high=86400.0),
+    )
+
+
+def start_samples(model_id: int, profile_name: str | None) -> list[coldstart.Sample]:
+    """The model's recent measured starts (of one profile, or of any when None), newest first."""
+    rows = ColdStart.objects.filter(model_id=model_id)
+    if profile_name is not None:
+        rows = rows.filter(profile_name=profile_name)
+    return [
+        coldstart.Sample(node, fetch_s, load_s, local)
+        for node, fetch_s, load_s, local in rows.order_by("-at", "-id").values_list(
+            "node", "fetch_s", "load_s", "weights_local"
+        )[:SAMPLES]
+    ]
+
+
+def _progress(shard: Shard | None) -> coldstart.Progress:
+    if shard is None:
+        return coldstart.Progress("pending")
+    phases = shard.phases or {}
+    return coldstart.Progress(
+        shard.state,
+        fetch_s=float(phases.get("fetch_s") or 0.0),
+        load_s=float(phases.get("load_s") or 0.0),
+        bytes_done=shard.fetch_done,
+        bytes_total=shard.fetch_total,
+    )
+
+
+def start_view(
+    model: CatalogModel, replica: Replica | None, shard: Shard | None, samples: list[coldstart.Sample]
+) -> dict[str, Any]:
+    """Where one replica's start stands (``shard`` its rank 0, None before it is placed) and what it should take."""
+    node = shard.node.name if shard else None
+    progress = _progress(shard)
+    local = (shard.phases or {}).get("weights_local") if shard else None
+    if local is not None:
+        holds = bool(local)  # the agent said, once its fetch was over
+    else:
+        held = weight_holders(model)
+        holds = node in held if node else bool(held)
+    load_default, fetch_default = start_defaults()
+    est = coldstart.estimate(samples, node, holds, default_load_s=load_default, default_fetch_s=fetch_default)
+    left = coldstart.remaining(est, progress)
+    return {
+        "model": model.name,
+        "replica": replica.pk if replica else None,
+        "node": node,
+        "state": progress.state,
+        "phases": dict(shard.phases) if shard and shard.phases else {},
+        "estimate_s": round(est.total_s, 1),
+        "estimate_fetch_s": round(est.fetch_s, 1),
+        "estimate_load_s": round(est.load_s, 1),
+        "measured": est.measured,
+        "basis": est.basis,
+        "remaining_s": round(left, 1),
+        "sentence": coldstart.describe(model.name, node, progress, left),
+    }
+
+
+def cold_start(model_id: int) -> dict[str, Any] | None:
+    """Where the model's start stands and how long it should still take; None for a model that is gone.
+
+    The replica followed is the model's most advanced one not yet ready (its
+    rank 0 shard); with none placed yet, the estimate is for any node. Read
+    by the gateway while a request waits for a replica.
+    """
+    model = CatalogModel.objects.filter(pk=model_id).only("name", "source").first()
+    if model is None:
+        return None
+    starting = (
+        Replica.objects.filter(model_id=model_id, state__in=(ReplicaState.PENDING, ReplicaState.STARTING))
+        .order_by("-state", "created_at")  # starting before pending, the oldest first
+        .first()
+    )
+    shard = starting.shards.select_related("node").filter(rank=0).first() if starting else None
+    samples = start_samples(model_id, starting.profile_name if starting else None)
+    return start_view(model, starting, shard, samples)
+
+
+def _starts(replicas: list[Replica]) -> dict[str, dict[str, Any]]:
+    """The start view of each replica still starting, for the replica list (queries only for those)."""
+    out = {}
+    samples: dict[tuple[int, str], list[coldstart.Sample]] = {}
+    for r in replicas:
+        if r.state not in (ReplicaState.PENDING, ReplicaState.STARTING):
+            continue
+        key = (r.model_id, r.profile_name)
+        if key not in samples:
+            samples[key] = start_samples(*key)
+        shard = r.shards.select_related("node").filter(rank=0).first()
+        out[r.pk] = start_view(r.model, r, shard, samples[key])
+    return out
 
 
 def explain(model: CatalogModel) -> dict[str, Any]:

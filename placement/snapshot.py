@@ -225,6 +225,7 @@ def _replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
                 fingerprint=r.profile_fingerprint,
                 last_used_at=r.last_used_at,
                 replaces=r.replaces_id,
+                ready_at=r.ready_at,
             )
         )
     return out

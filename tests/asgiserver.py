@@ -25,11 +25,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def asgi_live_server(timeout_s: float = 10.0) -> Iterator[str]:
-    """The server's base URL; the server is stopped, and its thread joined, on leaving."""
+def asgi_live_server(timeout_s: float = 10.0, app=None) -> Iterator[str]:
+    """The server's base URL; the server is stopped, and its thread joined, on leaving.
+
+    ``app``: another ASGI application than the admin listener's (the gateway's, say).
+    """
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(app or application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     )
     thread = threading.Thread(target=server.run, name="asgi-live-server", daemon=True)
     thread.start()

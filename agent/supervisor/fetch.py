@@ -31,6 +31,8 @@ class Progress:
     source: str
     bytes_done: int = 0
     bytes_total: int | None = None
+    downloaded: bool = False
+    """True once bytes were actually brought onto this node (False: the weights were here already)."""
 
     def as_status(self) -> dict:
         out: dict = {"source": self.source, "bytes_done": self.bytes_done}
@@ -89,6 +91,7 @@ async def _download(url: str, into: Path, progress: Progress, on_progress: Calla
                 raise FetchError(f"{url} answered {answer.status_code}")
             length = answer.headers.get("content-length")
             progress.bytes_total = int(length) if length and length.isdigit() else None
+            progress.downloaded = True
             with partial.open("wb") as fh:
                 async for chunk in answer.aiter_bytes(CHUNK):
                     fh.write(chunk)
@@ -105,6 +108,9 @@ async def _huggingface(source: str, into: Path, progress: Progress) -> Path:
         raise FetchError("hf:// needs huggingface_hub: pip install huggingface_hub on this node")
     repo = source.removeprefix("hf://").strip("/")
     from huggingface_hub import snapshot_download
+
+    # The hub's cache says nothing about whether it downloaded: a folder already there counts as local.
+    progress.downloaded = not (into / "hf" / ("models--" + repo.split("@", 1)[0].replace("/", "--"))).exists()
 
     try:
         path = Path(await asyncio.to_thread(snapshot_download, repo_id=repo, cache_dir=str(into / "hf")))

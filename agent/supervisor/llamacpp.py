@@ -10,6 +10,11 @@ environment names the address too, drops ``CONFIG_FILE``, and carries the
 replica's key as ``API_KEY`` (out of ``ps``; every route but ``/docs``
 then wants it). The server prints no request bodies, verbose or not
 (llama-cpp-python 0.3.36: model metadata, timings and cache hits only).
+
+It serves one request at a time, and by default a new request cuts off the
+stream in progress (``interrupt_requests``): behind a gateway that routes
+several clients to one replica that breaks every stream but the last, so it
+is turned off here (a profile may still turn it on in its arguments).
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ def gguf_file(weights: str) -> str:
 
 
 def command(spec: ShardSpec, weights: str, port: int, host: str) -> list[str]:
-    # The profile's arguments come first, so where one repeats a flag ours win.
-    head = [sys.executable, "-m", "llama_cpp.server", *spec.engine_args]
+    # The profile's arguments come first, so where one repeats a flag ours win; except the default
+    # before them, which the profile may change.
+    head = [sys.executable, "-m", "llama_cpp.server", "--interrupt_requests", "False", *spec.engine_args]
     return [*head, "--model", gguf_file(weights), "--model_alias", spec.model, "--host", host, "--port", str(port)]
 
 

@@ -9,6 +9,11 @@ A shard's life, each step reported in the heartbeat's shard status:
    only, never 0.0.0.0, and wants the replica's key on every request; it is
    probed there (GET /v1/models or /health, with the key) until it answers.
 3. ``ready``: answering, at ``http://<advertised host>:<port>``.
+   Each shard's start is timed in phases, reported as ``phases``: ``fetch_s``
+   (assignment to weights on disk), ``load_s`` (engine started to its first
+   answer), each the time so far while it lasts, and ``weights_local`` once
+   the fetch is over (true: nothing had to be downloaded). The control plane
+   keeps the finished ones to estimate the next cold start.
 4. ``failed``: the fetch failed, the engine exited, or it never answered
    within the start timeout; the error comes with the log's last lines. A
    failed shard is not restarted here: the control plane decides what next.
@@ -29,6 +34,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +92,19 @@ class ShardRun:
     task: asyncio.Task | None = None
     stopper: asyncio.Task | None = None
     history: list[str] = field(default_factory=list)
+    began: float = field(default_factory=time.monotonic)
+    loading: float | None = None
+    """When the engine was started (the fetch is over)."""
+    ready_at: float | None = None
+
+    def phases(self, now: float | None = None) -> dict:
+        """The start's phases so far, in seconds (see the module's docstring)."""
+        now = time.monotonic() if now is None else now
+        out: dict = {"fetch_s": round((self.loading or now) - self.began, 3)}
+        if self.loading is not None:
+            out["load_s"] = round((self.ready_at or now) - self.loading, 3)
+            out["weights_local"] = not (self.progress is not None and self.progress.downloaded)
+        return out
 
     def status(self) -> dict:
         out: dict = {"id": self.spec.id, "replica": self.spec.replica, "rank": self.spec.rank, "state": self.state}
@@ -98,6 +117,8 @@ class ShardRun:
             out["log_tail"] = tail
         if self.progress is not None:
             out["fetch"] = self.progress.as_status()
+        if self.state in ("fetching", "starting", "ready"):
+            out["phases"] = self.phases()
         return out
 
 
@@ -198,7 +219,7 @@ class Supervisor:
         except (FetchError, NoGguf) as exc:
             self._fail(run, str(exc))
             return
-        run.state = "starting"
+        run.state, run.loading = "starting", time.monotonic()
         engine_env = getattr(module, "environment", _no_env)(spec, self.advertise_host, run.port)
         if not await self._start(run, cmd, engine_env):
             return
@@ -206,7 +227,7 @@ class Supervisor:
             if not await self._probe(run, module.PROBE_PATHS):
                 return
             run.endpoint = f"http://{self.advertise_host}:{run.port}"
-        run.state = "ready"
+        run.state, run.ready_at = "ready", time.monotonic()
         log.info("shard %s ready at %s", spec.id, run.endpoint or "(no API on this rank)")
         code = await run.proc.wait()
         self._fail(run, f"the engine exited with status {code}")

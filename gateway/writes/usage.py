@@ -294,8 +294,10 @@ class Writer:
     this process's leases (gateway.writes.leases).
     """
 
-    def __init__(self, run_db, flush_every_s: float, touch_every_s: float, write_batch=None) -> None:
+    def __init__(self, run_db, flush_every_s: float, touch_every_s: float, write_batch=None, busy=None) -> None:
+        """``busy``: the replicas with a request in flight now, touched at every flush of last uses."""
         self.run_db = run_db
+        self.busy = busy or (lambda: ())
         self.write_batch = write_batch
         self.flush_every_s = flush_every_s
         self.touch_every_s = touch_every_s
@@ -423,6 +425,11 @@ class Writer:
         self.set_aside += 1
 
     async def flush_touches(self) -> None:
+        # A replica with a request in flight is in use now, however long ago that request began:
+        # a generation longer than the idle timeout must not count as idleness.
+        now = timezone.now()
+        for replica_id in self.busy():
+            self.touched[replica_id] = now
         if self.touched:
             times, self.touched = self.touched, {}
             await self.run_db(touch_replicas, times)

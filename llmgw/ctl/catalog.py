@@ -122,17 +122,32 @@ def replicas(client: Client, console: Console, args) -> object:
     rows = client.get("replicas", model=args.model)
     if args.json:
         return rows
-    t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "DOWNLOAD")
+    t = show.table("REPLICA", "MODEL", "PROFILE", "STATE", "WHERE", "IDLE", "START")
     for r in rows:
         state = show.markup("{} [yellow]stale[/]" if r["stale"] else "{}", r["state"])
         where = " ".join(f"{s['node']}:{','.join(s['gpu_labels']) or 'cpu'}" for s in r["shards"])
+        # The download while there is one, then the start's phases (rank 0's: where the API answers).
         download = " ".join(show.fetch(s.get("fetch")) for s in r["shards"] if s.get("fetch"))
-        t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), download)
+        start = download or phases(r["shards"][0] if r["shards"] else {})
+        t.add_row(r["id"], r["model"], r["profile"], state, where, show.ago(r["idle_seconds"]), start)
     console.print(t)
     for r in rows:
+        if r.get("start"):
+            start = r["start"]
+            console.print(f"{r['id']}: {start['sentence']} (estimate {start['estimate_s']:.0f} s: {start['basis']})")
         if r.get("error"):
             console.print(show.markup("[red]{}[/] {}", r["id"], r["error"]))
     return None
+
+
+def phases(shard: dict) -> str:
+    """A shard's start in phases, as ``ctl replicas`` shows it: "fetch 3 s (local), load 41 s"."""
+    p = shard.get("phases") or {}
+    if "fetch_s" not in p:
+        return ""
+    local = " (local)" if p.get("weights_local") else ""
+    out = f"fetch {p['fetch_s']:.0f} s{local}"
+    return out + (f", load {p['load_s']:.0f} s" if "load_s" in p else "")
 
 
 def explain(client: Client, console: Console, args) -> object:

@@ -9,4 +9,5 @@ modules here are what it is made of:
 - ``place``: placing one replica of one profile (CPU, one node, several nodes).
 - ``explain``: why a profile could not be placed, grouped for people.
 - ``lifecycle``: what each model needs this round (desired count, idle, drain, stale, failed).
+- ``coldstart``: how long a model's next start will take, from the starts measured before.
 """

@@ -59,8 +59,13 @@ def desired(model: ModelInfo) -> int:
 
 
 def idle_seconds(replica: ReplicaInfo, now: datetime) -> float:
-    """How long nobody has used a replica; one never used has been idle since it was created."""
-    since = replica.last_used_at or replica.created_at
+    """How long nobody has used a replica; one never used has been idle since it became ready.
+
+    Not since it was created: a scale-up whose start took longer than the idle
+    timeout would otherwise be stopped the moment it was ready, before the
+    gateway's first use of it (written every LLMGW_GATEWAY_TOUCH_EVERY_S) lands.
+    """
+    since = replica.last_used_at or replica.ready_at or replica.created_at
     return (now - since).total_seconds()
 
 

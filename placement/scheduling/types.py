@@ -153,7 +153,8 @@ class ReplicaInfo:
     ``fingerprint`` is the profile's fingerprint when the replica was placed,
     blank when not recorded (replicas adopted from older agents — never called
     stale). ``last_used_at`` None means no request was ever routed to it; its
-    idleness then counts from ``created_at``. ``replaces`` is the id of the
+    idleness then counts from ``ready_at`` (when it first became ready), else
+    ``created_at``: the time a start takes is not idleness. ``replaces`` is the id of the
     replica this one was created to replace (a drain), None otherwise.
     """
 
@@ -166,6 +167,7 @@ class ReplicaInfo:
     fingerprint: str = ""
     last_used_at: datetime | None = None
     replaces: str | None = None
+    ready_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,13 @@ hostname) over http(s) with a valid port. Anything else — another node's
 word, a URL elsewhere — is logged and not stored: a node could otherwise
 steer a replica's traffic, or the gateway's requests, anywhere.
 
+Each shard's start phases (``phases``: fetch_s, load_s, weights_local, see
+agent/supervisor/supervisor.py) are kept on the shard while it starts, and
+once it is reported ready they are written as a ColdStart row — once per
+shard — from which the next start's estimate is made
+(placement.scheduling.coldstart). The heartbeat's schema has already refused
+absurd timings (inventory.report_schema); what is kept here is only those keys.
+
 A replica that fails before it was ever ready adds one to its model's
 ``failure_streak``; one that becomes ready resets it. The reconciler parks a
 model whose streak reaches ``LLMGW_PARK_AFTER``.
@@ -29,11 +36,13 @@ from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
+from agent.protocol import MAX_PHASE_S, PHASE_SECONDS
 from catalog.models import CatalogModel
 from inventory.models import Node
 from placement import signals
-from placement.models import Replica, ReplicaState, Shard, ShardState
+from placement.models import ColdStart, Replica, ReplicaState, Shard, ShardState
 
 # What an agent may report, and what it means for the shard row.
 REPORTED_STATES = {s.value for s in ShardState} - {ShardState.PENDING}
@@ -118,11 +127,54 @@ def _checked_endpoint(endpoint: object, node: Node, replica_id: str) -> str | No
     return str(endpoint)
 
 
+def phases_of(entry: dict) -> dict:
+    """The start phases of a shard's entry that may be kept: seconds in range, weights_local a bool."""
+    phases = entry.get("phases")
+    if not isinstance(phases, dict):
+        return {}
+    out: dict = {}
+    for name in PHASE_SECONDS:
+        value = phases.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_PHASE_S:
+            out[name] = float(value)
+    if isinstance(phases.get("weights_local"), bool):
+        out["weights_local"] = phases["weights_local"]
+    return out
+
+
+def _record_start(shard: Shard, phases: dict) -> None:
+    """The shard's start, measured: one row per shard, and only the newest ``ColdStart.KEEP`` per node."""
+    if "fetch_s" not in phases or "load_s" not in phases:
+        return  # an older agent, or one that does not time its starts
+    replica = shard.replica
+    row = {"model_id": replica.model_id, "profile_name": replica.profile_name, "node": shard.node.name}
+    ColdStart.objects.bulk_create(
+        [
+            ColdStart(
+                **row,
+                replica_id=replica.pk,
+                rank=shard.rank,
+                fetch_s=phases["fetch_s"],
+                load_s=phases["load_s"],
+                weights_local=bool(phases.get("weights_local", False)),
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    old = ColdStart.objects.filter(**row).order_by("-at", "-id").values_list("pk", flat=True)[ColdStart.KEEP :]
+    ColdStart.objects.filter(pk__in=list(old)).delete()
+
+
 def _update_shard(shard: Shard, entry: dict) -> bool:
     fields: dict = {}
     state = entry.get("state")
     if isinstance(state, str) and state in REPORTED_STATES and state != shard.state:
         fields["state"] = state
+    phases = phases_of(entry)
+    if phases and phases != shard.phases:
+        fields["phases"] = phases
+    if fields.get("state") == ShardState.READY:
+        _record_start(shard, phases)
     error = shard_error(entry) if state == ShardState.FAILED else ""
     if error != shard.error:
         fields["error"] = error
@@ -205,6 +257,8 @@ def _follow_shards(replica: Replica, endpoint: str | None, result: Applied) -> N
     if new != replica.state:
         fields["state"] = new
     if new == ReplicaState.READY:
+        if replica.ready_at is None:
+            fields["ready_at"] = timezone.now()
         endpoint = endpoint or _rank0_endpoint(replica, shards)
         if endpoint and endpoint != replica.endpoint:
             fields["endpoint"] = endpoint

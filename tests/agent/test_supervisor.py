@@ -71,6 +71,7 @@ def test_sglang_and_llamacpp_bind_the_address_and_want_the_key(tmp_path):
     s = spec(engine="llamacpp", api_key="k-secret")
     cmd = llamacpp.command(s, str(tmp_path), 9000, "10.0.0.7")
     assert last(cmd, "--host") == "10.0.0.7" and "k-secret" not in cmd
+    assert last(cmd, "--interrupt_requests") == "False", "a new request must not cut off the stream in progress"
     assert llamacpp.environment(s, "10.0.0.7", 9000) == {
         "HOST": "10.0.0.7",  # llama_cpp.server lets HOST and PORT beat its flags
         "PORT": "9000",
@@ -225,6 +226,30 @@ def test_a_shard_starts_answers_and_stops_gracefully(tmp_path, monkeypatch):
         assert sup.status() == [] and proc.returncode == -15, "stopped by SIGTERM"
 
     run(scenario())
+
+
+def test_a_start_is_timed_in_phases_and_a_download_is_not_local(tmp_path, monkeypatch, file_server):
+    """fetch_s while fetching, then load_s while the engine loads; fixed once ready; weights_local as it was."""
+    monkeypatch.setitem(engines.ENGINES, "fake", fake_engine(tmp_path))
+
+    async def scenario(source: str) -> dict:
+        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="127.0.0.1", stop_timeout_s=5)
+        sup.apply([{**assignment(tmp_path), "source": source}])
+        assert set(sup.status()[0]["phases"]) <= {"fetch_s", "load_s", "weights_local"}
+        starting = await wait_for(sup, "starting")
+        assert starting["phases"]["load_s"] < 5
+        ready = (await wait_for(sup, "ready"))["phases"]
+        await asyncio.sleep(0.3)
+        assert sup.status()[0]["phases"] == ready, "a finished start no longer moves"
+        assert ready["load_s"] > 0 and ready["fetch_s"] >= 0
+        sup.apply([])
+        await sup.runs["r1-0"].stopper
+        return ready
+
+    assert run(scenario((tmp_path / "weights.bin").as_uri()))["weights_local"] is True
+    downloaded = run(scenario(f"{file_server}/with-length.bin"))
+    assert downloaded["weights_local"] is False
+    assert run(scenario(f"{file_server}/with-length.bin"))["weights_local"] is True, "on disk since the last one"
 
 
 def test_an_engine_that_exits_fails_with_its_log(tmp_path, monkeypatch):

@@ -83,6 +83,20 @@ def test_replicas_show_a_download_with_its_progress(ctl, fleet):
     assert json.loads(out)[0]["shards"][0]["fetch"]["percent"] == 25
 
 
+def test_replicas_show_a_starts_phases_and_what_it_should_still_take(ctl, fleet):
+    Shard.objects.filter(replica=fleet).update(phases={"fetch_s": 12.4})
+    code, out, _ = ctl("replicas")
+    said = " ".join(out.split())  # the sentence under the table wraps at the terminal's width
+    assert code == 0 and "25% of 16.0 GB" in out, "while it downloads, the download"
+    assert f"{fleet.id}: llama-8b: replica starting on hgx-000, fetching the weights (4.0 of 16.0 GB)" in said
+    assert "the defaults" in said, "nothing measured yet, and it says so"
+    Shard.objects.filter(replica=fleet).update(
+        state="starting", phases={"fetch_s": 3, "load_s": 41, "weights_local": True}
+    )
+    out = ctl("replicas")[1]
+    assert "fetch 3 s (local), load 41 s" in " ".join(out.split()) and "loading the engine" in out
+
+
 def test_json_is_the_servers_answer(ctl, fleet):
     code, out, _ = ctl("--json", "nodes")
     assert code == 0 and {n["id"] for n in json.loads(out)} >= {"hgx-000", "mig-00"}

@@ -316,3 +316,38 @@ def test_the_model_page_shows_the_autoscalers_count_reason_and_history(operator,
     assert "ready of <strong>4</strong> desired" in page
     fragment = operator.get("/admin/models/llama-8b/live").content.decode()
     assert 'data-autoscale="up"' in fragment, "the live fragment the page re-fetches carries it too"
+
+
+def test_the_model_page_shows_each_starts_phases_and_where_a_start_stands(operator, fleet):
+    from placement.models import Shard
+
+    model = CatalogModel.objects.get(name="llama-8b")
+    CatalogModel.objects.filter(pk=model.pk).update(max_replicas=2)
+    ready = model.replicas.get()
+    Shard.objects.filter(replica=ready).update(phases={"fetch_s": 0.2, "load_s": 41.0, "weights_local": True})
+    starting = place(model, "hgx-001", [0], state="starting", shard_state="starting")
+    Shard.objects.filter(replica=starting).update(phases={"fetch_s": 1.0, "load_s": 5.0, "weights_local": True})
+    page = operator.get("/admin/models/llama-8b/live").content.decode()
+    assert "fetch 0 s (local), load 41 s" in page
+    assert "llama-8b: replica starting on hgx-001, loading the engine, about 55 s left" in page
+    assert "the defaults" in page, "nothing measured yet: the estimate says what it used"
+
+
+def test_the_model_page_shows_prefetch_progress_live(operator, fleet):
+    from catalog.models import WeightPrefetch
+
+    model = CatalogModel.objects.get(name="llama-8b")
+    now = timezone.now()
+    WeightPrefetch.objects.create(
+        model=model, node="hgx-001", source="hf://m", requested_by="olivia", bytes_done=4 * 10**9,
+        bytes_total=16 * 10**9, updated_at=now,
+    )  # fmt: skip
+    WeightPrefetch.objects.create(
+        model=model, node="hgx-000", source="hf://m", requested_by="olivia", error="no space left on device",
+        updated_at=now, done_at=now,
+    )  # fmt: skip
+    fragment = operator.get("/admin/models/llama-8b/live").content.decode()
+    assert 'data-prefetch="hgx-001" data-state="fetching"' in fragment
+    assert '<progress max="100" value="25"></progress> 25 % of' in fragment
+    assert 'data-state="failed"' in fragment and "no space left on device" in fragment
+    assert "Weights prefetched" in operator.get("/admin/models/llama-8b/").content.decode()

@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +72,16 @@ print("added", model.name)
 """
 
 
+def smollm2(gguf: Path, **scaling) -> dict:
+    """The catalog definition of SmolLM2 on one CPU profile, with ``scaling`` (min, max, idle_timeout)."""
+    return {
+        "name": "smollm2",
+        "source": gguf.as_uri(),
+        "scaling": scaling,
+        "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
+    }
+
+
 def add_model(server: Server, definition: dict) -> None:
     """Through catalog.writes, in the served control plane's own database."""
     done = subprocess.run(
@@ -83,9 +94,13 @@ def add_model(server: Server, definition: dict) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def start_agent(server: Server, tmp_path: Path) -> subprocess.Popen:
+def start_agent(server: Server, tmp_path: Path, name: str = "e2e-cpu") -> subprocess.Popen:
+    """A real agent for node ``name``; a second one on this machine gets its own folders under ``tmp_path/name``."""
     join = (server.data / "join-token").read_text().strip()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    if name != "e2e-cpu":
+        tmp_path = tmp_path / name
+        tmp_path.mkdir(exist_ok=True)
     log = (tmp_path / "agent.log").open("w")
     return subprocess.Popen(
         [
@@ -98,7 +113,7 @@ def start_agent(server: Server, tmp_path: Path) -> subprocess.Popen:
             "--join-token",
             join,
             "--name",
-            "e2e-cpu",
+            name,
             "--state-dir",
             str(tmp_path / "agent-state"),
             "--model-dir",
@@ -157,15 +172,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         engines = json.loads(inv.rows("select engines from inventory_node where name = 'e2e-cpu'")[0][0] or "{}")
         assert "llamacpp" in engines, f"discovery did not find llama-cpp-python: {engines}"
 
-        add_model(
-            server,
-            {
-                "name": "smollm2",
-                "source": gguf.as_uri(),
-                "scaling": {"min": 1, "max": 1},
-                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
-            },
-        )
+        add_model(server, smollm2(gguf, min=1, max=1))
         rid, endpoint = wait_ready(inv, agent, tmp_path, server)
         assert endpoint.startswith("http://127.0.0.1:")
         engine_key = inv.value("select engine_key from placement_replica where id = ?", rid)
@@ -230,15 +237,7 @@ def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tm
         while not inv.rows("select 1 from inventory_node where name = 'e2e-cpu'"):
             assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
             time.sleep(0.3)
-        add_model(
-            server,
-            {
-                "name": "smollm2",
-                "source": gguf.as_uri(),
-                "scaling": {"min": 0, "max": 1},
-                "profiles": [{"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "memory_gb": 1, "gpus": 0}],
-            },
-        )
+        add_model(server, smollm2(gguf, min=0, max=1))
         time.sleep(3)
         assert inv.rows("select count(*) from placement_replica")[0][0] == 0, "min 0: nothing placed yet"
 
@@ -308,4 +307,109 @@ def test_a_model_scaled_to_zero_answers_its_first_request_through_the_gateway(tm
                 agent.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 agent.kill()
+        assert server.stop() == 0, server.log.read_text()
+
+
+def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(tmp_path):
+    """min 1, max 2 on two CPU nodes (two real agents on this machine): concurrent clients through the
+    gateway make the autoscaler start a second llama.cpp replica, which serves; once they stop one of the
+    two (the one idle longest) is removed after the idle timeout (8 s here). Each start's phases, as the
+    agents timed them, are kept."""
+    import openai
+
+    require_llama_cpp()
+    gguf = smollm2_gguf()
+    server = Server(
+        tmp_path,
+        LLMGW_EVERY_RECONCILE="1",
+        LLMGW_AUTOSCALE_UP_WINDOW_S="1",
+        LLMGW_COLD_START_TIMEOUT_S="120",
+        # Use is written every second, so an 8 s idle timeout means idle, not "not written yet".
+        LLMGW_GATEWAY_TOUCH_EVERY_S="1",
+    )
+    agents: list[subprocess.Popen] = []
+    try:
+        server.wait_ready()
+        agents = [start_agent(server, tmp_path, name) for name in ("e2e-cpu", "e2e-cpu-2")]
+        inv = Inventory(server)
+        deadline = time.monotonic() + 60
+        while inv.value("select count(*) from inventory_node where name like 'e2e-cpu%'") < 2:
+            assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.3)
+        add_model(server, smollm2(gguf, min=1, max=2, idle_timeout="8s"))
+        wait_ready(inv, agents[0], tmp_path, server)
+        admin = {"Authorization": f"Bearer {(server.data / 'admin-token').read_text().strip()}"}
+        # One request at a time is what llama-cpp-python's server serves: 80 % of that is 0.8 per replica.
+        measured = httpx.put(
+            f"http://{server.admin}/api/v1/models/smollm2/capacity",
+            json={"profile": "cpu", "max_concurrency": 1},
+            headers=admin,
+            timeout=30,
+        )
+        assert measured.status_code == 200, measured.text
+        created = httpx.post(f"http://{server.admin}/api/v1/keys", json={"team": "e2e"}, headers=admin, timeout=30)
+        client = openai.OpenAI(
+            base_url=f"http://{server.gateway}/v1", api_key=created.json()["key"], timeout=120, max_retries=0
+        )
+
+        def served_by() -> set[str]:
+            return {r[0] for r in inv.rows("select distinct replica_id from gateway_usagerecord where status = 200")}
+
+        stop = threading.Event()
+        failures: list[str] = []
+
+        def user() -> None:
+            while not stop.is_set():
+                try:
+                    streamed = client.chat.completions.create(
+                        model="smollm2", max_tokens=24, stream=True, messages=[{"role": "user", "content": "Count."}]
+                    )
+                    for _ in streamed:
+                        pass
+                except openai.APIError as exc:
+                    failures.append(str(exc))
+
+        users = [threading.Thread(target=user, daemon=True) for _ in range(3)]
+        for u in users:
+            u.start()
+        try:
+            deadline = time.monotonic() + 90
+            while len(served_by()) < 2:
+                assert time.monotonic() < deadline, (
+                    f"no second replica served: {inv.rows('select id, state, error from placement_replica')}; "
+                    f"autoscale: {inv.rows('select desired, reason from placement_autoscale')}"
+                )
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            for u in users:
+                u.join(timeout=60)
+        assert not failures, failures
+        nodes = inv.rows(
+            "select distinct n.name from placement_shard s join inventory_node n on n.id = s.node_id"
+        )  # fmt: skip
+        assert len(nodes) == 2, f"the second replica went to the other node: {nodes}"
+        assert inv.value("select count(*) from placement_scaleevent where direction = 'up'") >= 1
+
+        # Idle: down to min after the idle timeout, the least used one gone.
+        deadline = time.monotonic() + 45
+        while inv.value("select count(*) from placement_replica") > 1:
+            assert time.monotonic() < deadline, inv.rows("select id, state from placement_replica")
+            time.sleep(0.5)
+        # Stopped for idleness by the lifecycle, and the autoscaler's count settled to what is left.
+        stopped = inv.rows("select detail from core_auditentry where action = 'stop-replica'")
+        assert stopped and "idle for" in stopped[0][0], stopped
+        assert inv.value("select count(*) from placement_scaleevent where direction in ('down', 'settle')") >= 1
+        starts = inv.rows("select node, fetch_s, load_s, weights_local from placement_coldstart order by at")
+        assert len(starts) == 2 and {s[0] for s in starts} == {"e2e-cpu", "e2e-cpu-2"}, starts
+        assert all(s[2] > 0 and s[3] for s in starts), "each start timed; a file:// source is local"
+        print("\ncold starts (node, fetch s, load s, local):", starts)
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+                try:
+                    agent.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
         assert server.stop() == 0, server.log.read_text()

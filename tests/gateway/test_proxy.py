@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import types
+from dataclasses import replace
 
 import pytest
 from django.utils import timezone
@@ -16,7 +17,7 @@ from gateway.proxy import Gateway
 from gateway.writes import keys
 from placement.models import Replica, ReplicaState
 from placement.writes import demand as placement_demand
-from tests.gateway.harness import call, fallback, key, model, new_app, replica, settle
+from tests.gateway.harness import FAST, call, fallback, key, model, new_app, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -416,3 +417,23 @@ def test_a_usage_batch_being_written_when_the_gateway_closes_is_not_lost(engines
 
     assert run(scenario).status == 200
     assert UsageRecord.objects.count() == 1
+
+
+def test_a_replica_with_a_request_in_flight_is_in_use_however_long_the_request_lasts(engines):
+    """Its last use is written at every flush while a request is in flight, not only when it began: a
+    generation longer than the idle timeout is no idleness (placement stops idle replicas by it)."""
+    engine = engines(tokens=15, token_delay_s=0.1)  # a stream of 1.5 s
+    r = replica(model("busy"), engine.url)
+    secret = key()
+    began = timezone.now()
+
+    async def go():
+        app = new_app(replace(FAST, touch_every_s=0.1))
+        try:
+            return await call(app, CHAT, {**hello("busy"), "stream": True}, key=secret)
+        finally:
+            await settle(app)
+
+    assert asyncio.run(go()).status == 200
+    used = Replica.objects.get(pk=r.pk).last_used_at
+    assert (used - began).total_seconds() >= 1.0, "touched while the stream went on, not only at its start"

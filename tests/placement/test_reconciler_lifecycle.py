@@ -166,6 +166,23 @@ def test_never_used_counts_idleness_from_creation():
     assert Replica.objects.get(id=r.id).state == ReplicaState.STOPPING
 
 
+def test_a_start_longer_than_the_idle_timeout_is_not_idleness():
+    """Never used: idle since it became ready, not since it was placed (a 10-minute start, a 5-minute timeout)."""
+    fleet("h100-hgx:1")
+    model("m", H100, min_replicas=0, max_replicas=1, idle_timeout="5m")
+    demand.request_replica("m")
+    reconcile()
+    (r,) = live("m")
+    Replica.objects.filter(pk=r.pk).update(created_at=timezone.now() - timedelta(minutes=10))
+    report_ready(r)
+    ready = Replica.objects.get(id=r.id)
+    assert ready.ready_at is not None and ready.last_used_at is None
+    reconcile(ready.ready_at + timedelta(minutes=1))
+    assert Replica.objects.get(id=r.id).state == ReplicaState.READY, "ready a minute ago: not idle yet"
+    reconcile(ready.ready_at + timedelta(minutes=6))
+    assert Replica.objects.get(id=r.id).state == ReplicaState.STOPPING
+
+
 def test_a_stale_profile_is_reported_not_restarted():
     fleet("h100-hgx:1")
     model("m", H100)
