@@ -5,7 +5,8 @@ replica the reconciler places is played by a fake engine (marked ready with
 that engine's address, as its agent's heartbeat would). Clients stream
 through the gateway's ASGI app; its worker publishes its load (the database
 here: no Redis), and the reconciler, run every half second on a thread of
-its own as the Celery task would, reads it. The windows are short
+its own as the Celery task would, reads it. It runs twice: with Redis, where
+every worker's load is shared, and with Redis away, where the database carries it. The windows are short
 (LLMGW_AUTOSCALE_UP_WINDOW_S 1 s, LLMGW_AUTOSCALE_COOLDOWN_S 2 s) so the
 whole ramp takes seconds.
 """
@@ -14,19 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 
 import pytest
+import redis
+import redis.asyncio as aioredis
 from django.db import connections
 
 from catalog.models import CapacityMeasurement
 from gateway.asgi import GatewayApp
 from gateway.proxy import Gateway
-from placement.models import Replica, ReplicaState, ScaleEvent
+from placement.models import Autoscale, Replica, ReplicaState, ScaleEvent
 from placement.writes.reconciler import reconcile
 from tests.gateway.harness import FAST, call, key, settle
 from tests.placement.dbfleet import fleet, gpu_profile, model
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+REDIS_URL = os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def _reconcile_and_start(engines: list) -> int:
@@ -42,8 +48,11 @@ def _reconcile_and_start(engines: list) -> int:
         connections.close_all()
 
 
-def test_a_ramp_through_the_gateway_scales_up_and_back_down_to_min(engines, settings, monkeypatch):
-    settings.LLMGW_REDIS_URL = None
+@pytest.mark.parametrize("shared_by", ["redis", "database"])
+def test_a_ramp_through_the_gateway_scales_up_and_back_down_to_min(engines, settings, monkeypatch, shared_by):
+    settings.LLMGW_REDIS_URL = REDIS_URL if shared_by == "redis" else None
+    if shared_by == "redis":
+        redis.Redis.from_url(REDIS_URL).flushdb()
     monkeypatch.setenv("LLMGW_AUTOSCALE_UP_WINDOW_S", "1")
     monkeypatch.setenv("LLMGW_AUTOSCALE_COOLDOWN_S", "2")
     fleet("h100-hgx:4")
@@ -55,7 +64,8 @@ def test_a_ramp_through_the_gateway_scales_up_and_back_down_to_min(engines, sett
     assert _reconcile_and_start(fakes) == 1
 
     async def scenario() -> list[tuple[int, int]]:
-        app = GatewayApp(lambda: Gateway(FAST, None))
+        shared = aioredis.from_url(REDIS_URL) if shared_by == "redis" else None
+        app = GatewayApp(lambda: Gateway(FAST, shared))
         body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         wanted = {"n": 0}
         statuses: list[int] = []
@@ -80,6 +90,8 @@ def test_a_ramp_through_the_gateway_scales_up_and_back_down_to_min(engines, sett
         await asyncio.gather(*clients)
         await settle(app)
         assert set(statuses) == {200}, statuses
+        if shared is not None:
+            await shared.aclose()
         return timeline
 
     timeline = asyncio.run(scenario())
@@ -93,3 +105,5 @@ def test_a_ramp_through_the_gateway_scales_up_and_back_down_to_min(engines, sett
     assert "capacity 4 each at 80 %" in ups[0].reason and "up from 1" in ups[0].reason
     assert [(e.from_replicas, e.to_replicas) for e in downs][-3:] == [(4, 3), (3, 2), (2, 1)]
     assert all("fits on" in e.reason and "at 60 %" in e.reason for e in downs)
+    # The load was read from where the gateway put it.
+    assert Autoscale.objects.get(model__name="m").load_source == shared_by
