@@ -14,8 +14,10 @@ that a thirty-second outage of a rack moves no replica.
 Any other group going silent together — more than a share of the fleet, of
 an InfiniBand fabric, or of a labelled group such as a rack, within one
 window — is a *partition* (``inventory.failure_rules``): it is recorded once,
-with a finding, and none of its nodes is marked lost until it ends (most of
-them answer again) or an operator resumes moves. Each silence is recorded
+with a finding, and none of its nodes is marked lost until it ends: most of
+them answer again, an operator resumes moves, or it lasts past
+``LLMGW_PARTITION_HOLD_S`` (unless it is the whole fleet: then the control
+host is the likelier one cut off, and it holds until answered or resumed). Each silence is recorded
 too; a node that went silent and came back too often in a window is
 cordoned, with the reason in the audit log.
 """
@@ -47,6 +49,7 @@ class LossRules:
     window_s: float = failure_rules.PARTITION_WINDOW_S
     min_nodes: int = failure_rules.PARTITION_MIN_NODES
     labels: tuple[str, ...] = ("rack",)
+    hold_s: float = failure_rules.PARTITION_HOLD_S
     flaps_to_cordon: int = failure_rules.FLAPS_TO_CORDON
     flap_window_s: float = failure_rules.FLAP_WINDOW_S
 
@@ -59,6 +62,8 @@ class SweepResult:
     domains_back: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     partitions_over: list[str] = field(default_factory=list)
+    # Partitions held past LLMGW_PARTITION_HOLD_S: their nodes still silent are lost from now on.
+    partitions_expired: list[str] = field(default_factory=list)
     cordoned: list[str] = field(default_factory=list)
 
     @property
@@ -70,6 +75,7 @@ class SweepResult:
             or self.domains_back
             or self.partitions
             or self.partitions_over
+            or self.partitions_expired
             or self.cordoned
         )
 
@@ -127,8 +133,10 @@ def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> 
         window_s=rules.window_s,
         min_nodes=rules.min_nodes,
     )
+    fleet = len(groups.get(partitions.FLEET, ()))
     for p in found:
-        partitions.open_partition(p, now)
+        until = failure_rules.hold_until(p.started_at, members=p.members, fleet=fleet, hold_s=rules.hold_s)
+        partitions.open_partition(p, now, until)
         result.partitions.append(p.group)
 
 
@@ -255,12 +263,13 @@ def sweep(
     domain_lost_after_s: float = DOMAIN_LOST_AFTER_S,
     rules: LossRules | None = None,
 ) -> SweepResult:
-    """One pass: end partitions that answer, mark the silent unreachable, record dark domains and partitions,
-    mark the long-silent lost (but not a partition's), cordon flappers."""
+    """One pass: end partitions that answer or were held past their bound, mark the silent unreachable, record
+    dark domains and partitions, mark the long-silent lost (but not a held partition's), cordon flappers."""
     rules = rules or LossRules()
     result = SweepResult()
     _close_domains_that_answer(now, result)
     result.partitions_over = partitions.close_those_that_answer(now, rules.share)
+    result.partitions_expired = partitions.close_those_held_past(now)
     silent = _mark_unreachable(now, grace_s, result)
     if silent:
         _record_dark_domains(silent, now, result)

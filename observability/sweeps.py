@@ -372,7 +372,7 @@ def partitioned_groups(fleet: Fleet) -> list[Found]:
         Found(
             "partition",
             p["group"],
-            failure_rules.partition_message(p["group"], p["nodes"], p["members"], p["since"]),
+            failure_rules.partition_message(p["group"], p["nodes"], p["members"], p["since"], p.get("until")),
             CRITICAL,
         )
         for p in fleet.partitions

@@ -151,6 +151,17 @@ def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path):
     assert checked.returncode != 0 and "LLMGW_AUTOSCALE_TARGET: 'lots' is not a number" in checked.stderr
 
 
+def test_a_bad_node_loss_setting_stops_the_start_too(tmp_path):
+    """The partition hold (and the other loss settings) are checked at start like the autoscaler's."""
+    result = run_llmgw(tmp_path, "serve", LLMGW_PARTITION_HOLD_S="soon")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "llmgw: configuration error: LLMGW_PARTITION_HOLD_S: 'soon' is not a number"
+    ]
+    checked = run_llmgw(tmp_path, "check", LLMGW_FLAPS_TO_CORDON="2.5")
+    assert checked.returncode != 0 and "LLMGW_FLAPS_TO_CORDON: '2.5' is not a whole number" in checked.stderr
+
+
 @pytest.mark.parametrize(
     ("raw", "low", "high", "words"),
     [
