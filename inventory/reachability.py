@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Q
 
 from inventory import failure_rules
 from inventory.models import GPU, FleetEvent, Node, NodeState
+from inventory.reads import flaps
 from inventory.writes import partitions
 from inventory.writes.states import set_node_state
 
@@ -213,47 +214,36 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
 def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> None:
     """Ready nodes that went silent and came back ``flaps_to_cordon`` times in the window are cordoned.
 
-    Silences a partition explains are not the node's doing and do not count;
-    nor do those before the node was last cordoned for flapping, so an
-    operator who uncordons it starts its count again.
+    The count is ``inventory.reads.flaps``' (partitions' silences and those
+    before the node's last cordon for flapping left out).
     """
     # Silences older than any window that counts them are history nobody reads.
     keep = max(KEEP_SILENCES, timedelta(seconds=2 * rules.flap_window_s))
     FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__lt=now - keep).delete()
     if rules.flaps_to_cordon <= 0:
         return
-    since = now - timedelta(seconds=rules.flap_window_s)
-    downs = FleetEvent.objects.filter(
-        kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__gte=since, node__state=NodeState.READY
-    ).exclude(detail__has_key="partition")
-    often = [
-        row["node_id"] for row in downs.values("node_id").annotate(n=Count("id")).filter(n__gte=rules.flaps_to_cordon)
-    ]
-    for node in Node.objects.filter(pk__in=often).order_by("name"):
-        last_cordon = (
-            FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_FLAPPING, node=node)
-            .order_by("-started_at")
-            .values_list("started_at", flat=True)
-            .first()
-        )
-        times = [
-            t
-            for t in downs.filter(node=node).values_list("started_at", flat=True)
-            if not last_cordon or t > last_cordon
-        ]
-        count = failure_rules.flaps(times, now, down_now=not node.reachable, window_s=rules.flap_window_s)
-        if not failure_rules.should_cordon(count, flaps_to_cordon=rules.flaps_to_cordon):
+    found = flaps.flapping(now, rules.flap_window_s)
+    for name in sorted(found):
+        flapper = found[name]
+        if flapper.state != NodeState.READY:
             continue
+        if not failure_rules.should_cordon(flapper.returns, flaps_to_cordon=rules.flaps_to_cordon):
+            continue
+        count = flapper.returns
         reason = (
             f"went silent and came back {count} times in {rules.flap_window_s / 60:.0f} min "
             f"(LLMGW_FLAPS_TO_CORDON={rules.flaps_to_cordon}): cordoned so that nothing new lands on it; "
             "uncordon it once it is fixed"
         )
-        set_node_state(node.name, "cordon", actor=ACTOR, detail={"reason": reason, "flaps": count})
+        set_node_state(name, "cordon", actor=ACTOR, detail={"reason": reason, "flaps": count})
         FleetEvent.objects.create(
-            kind=FleetEvent.Kind.NODE_FLAPPING, node=node, subject=node.name, started_at=now, detail={"reason": reason}
+            kind=FleetEvent.Kind.NODE_FLAPPING,
+            node_id=flapper.node_id,
+            subject=name,
+            started_at=now,
+            detail={"reason": reason},
         )
-        result.cordoned.append(node.name)
+        result.cordoned.append(name)
 
 
 def sweep(

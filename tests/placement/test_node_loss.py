@@ -23,7 +23,7 @@ from inventory.reads import partitions
 from inventory.writes.heartbeats import desk
 from observability import sweeps
 from placement import tasks
-from placement.models import NodeLossMove, Replica, Shard
+from placement.models import NodeLossMove, PlacementExplanation, Replica, Shard
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model
 
@@ -272,3 +272,39 @@ def test_two_control_hosts_reconciling_at_once_never_move_more_than_the_rate(mon
     assert len(moves) == 2, "two in the minute, whichever host made them"
     # The oldest losses first: the first two victims went silent earliest.
     assert [m.nodes for m in moves] == [[victims[0]], [victims[1]]]
+
+
+def test_a_node_back_from_a_silence_takes_no_new_replica_until_the_window_passes_and_has_a_finding():
+    names = sorted(fleet("h100-hgx:2"))
+    model("m", H100, min_replicas=1, max_replicas=1)
+    clock = Clock()
+    clock.step(0, names)
+    (host,) = hosts().values()
+    (flapper,) = [n for n in names if n != host]
+    # Silent 40 s: unreachable, not lost; then back through the heartbeat desk.
+    for s in range(5, 45, 5):
+        clock.step(s, [host])
+    assert not Node.objects.get(name=flapper).reachable
+    assert beat(flapper, clock.at(45))
+    clock.step(45, names)
+
+    # Only the flapping node has room, and it is kept from new replicas, with the reason.
+    model("n", H100, min_replicas=1, max_replicas=1)
+    _, done = clock.step(50, names)
+    assert not done.created, "nothing new on a node between its first return and the cordon"
+    (why,) = PlacementExplanation.objects.filter(model__name="n")
+    assert not why.placed
+    assert {(r["node"], r["reason"]) for r in why.rejections} == {
+        (flapper, "flapping: 1 return in 30 min"),
+        (host, "no h100-80g free: 8 in use"),
+    }
+    sweeps.sweep(clock.now)
+    (finding,) = Finding.objects.open().filter(kind="node_flapping")
+    assert finding.subject == flapper and "flapping: 1 return in 30 min" in finding.message
+
+    # Past the flap window it is an ordinary node again: the replica lands there and the finding resolves.
+    _, done = clock.step(45 + 1805, names)
+    assert len(done.created) == 1 and set(hosts().values()) == {host}
+    assert [s.node.name for s in Shard.objects.filter(replica__in=live("n")).select_related("node")] == [flapper]
+    sweeps.sweep(clock.now)
+    assert not Finding.objects.open().filter(kind="node_flapping").exists()
