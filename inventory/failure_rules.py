@@ -24,6 +24,7 @@ PARTITION_WINDOW_S = 60.0
 PARTITION_MIN_NODES = 2
 FLAPS_TO_CORDON = 3
 FLAP_WINDOW_S = 1800.0
+PARTITION_HOLD_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +141,56 @@ def should_cordon(flap_count: int, *, flaps_to_cordon: int = FLAPS_TO_CORDON) ->
     return flaps_to_cordon > 0 and flap_count >= flaps_to_cordon
 
 
-def partition_message(group: str, nodes: Iterable[str], members: int, started_at: datetime) -> str:
-    """The finding's words, one place for the sweep that opens it and the doctor that keeps it."""
+def hold_until(started_at: datetime, *, members: int, fleet: int, hold_s: float = PARTITION_HOLD_S) -> datetime | None:
+    """When a partition stops holding its nodes and ends as losses; None: it holds until they answer or resume.
+
+    A group cut off for longer than ``hold_s`` is no longer a switch
+    rebooting: its nodes are lost and their replicas moved at the normal rate,
+    oldest first. A partition of a group that is the whole fleet (``members``
+    at least ``fleet``) never does: then it is most likely the control host
+    that is cut off, and there is nowhere to move to. ``hold_s`` 0 or less
+    turns the bound off.
+    """
+    if hold_s <= 0 or members >= fleet:
+        return None
+    return started_at + timedelta(seconds=hold_s)
+
+
+def held_past(until: datetime | None, now: datetime) -> bool:
+    """Whether a partition held until ``until`` (:func:`hold_until`) has turned into losses at ``now``."""
+    return until is not None and now >= until
+
+
+def partition_message(
+    group: str, nodes: Iterable[str], members: int, started_at: datetime, until: datetime | None = None
+) -> str:
+    """The finding's words, one place for the sweep that opens it and the doctor that keeps it.
+
+    ``until`` is when it ends as losses (:func:`hold_until`); None says it holds until answered or resumed.
+    """
     nodes = sorted(nodes)
     shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
+    if until is None:
+        end = "nothing on them is moved until they answer again or an operator runs `llmgw ctl resume-moves`"
+    else:
+        end = (
+            "nothing on them is moved until they answer again, an operator runs `llmgw ctl resume-moves`, "
+            f"or {until:%Y-%m-%d %H:%M:%S %Z}, when those still silent are lost and their replicas moved at the "
+            "normal rate"
+        )
     return (
         f"{group}: {len(nodes)} of {members} nodes went silent together at {started_at:%Y-%m-%d %H:%M:%S %Z} "
-        f"({shown}). That is a partition, not failures: nothing on them is moved until they answer again "
-        "or an operator runs `llmgw ctl resume-moves`."
+        f"({shown}). That is a partition, not failures: {end}."
     )
+
+
+def flapping_reason(returns: int, window_s: float = FLAP_WINDOW_S) -> str | None:
+    """Why a node that came back takes no new replica until the cordon rule decides on it; None: it is not flapping.
+
+    From its first return within the window: a node that went and came back
+    is the likeliest to go again, and a replica placed on it would be moved a
+    second time.
+    """
+    if returns < 1:
+        return None
+    return f"flapping: {returns} return{'s' if returns != 1 else ''} in {window_s / 60:.0f} min"

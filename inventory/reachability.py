@@ -14,8 +14,10 @@ that a thirty-second outage of a rack moves no replica.
 Any other group going silent together — more than a share of the fleet, of
 an InfiniBand fabric, or of a labelled group such as a rack, within one
 window — is a *partition* (``inventory.failure_rules``): it is recorded once,
-with a finding, and none of its nodes is marked lost until it ends (most of
-them answer again) or an operator resumes moves. Each silence is recorded
+with a finding, and none of its nodes is marked lost until it ends: most of
+them answer again, an operator resumes moves, or it lasts past
+``LLMGW_PARTITION_HOLD_S`` (unless it is the whole fleet: then the control
+host is the likelier one cut off, and it holds until answered or resumed). Each silence is recorded
 too; a node that went silent and came back too often in a window is
 cordoned, with the reason in the audit log.
 """
@@ -25,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Q
 
 from inventory import failure_rules
 from inventory.models import GPU, FleetEvent, Node, NodeState
+from inventory.reads import flaps
 from inventory.writes import partitions
 from inventory.writes.states import set_node_state
 
@@ -47,6 +50,7 @@ class LossRules:
     window_s: float = failure_rules.PARTITION_WINDOW_S
     min_nodes: int = failure_rules.PARTITION_MIN_NODES
     labels: tuple[str, ...] = ("rack",)
+    hold_s: float = failure_rules.PARTITION_HOLD_S
     flaps_to_cordon: int = failure_rules.FLAPS_TO_CORDON
     flap_window_s: float = failure_rules.FLAP_WINDOW_S
 
@@ -59,6 +63,8 @@ class SweepResult:
     domains_back: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     partitions_over: list[str] = field(default_factory=list)
+    # Partitions held past LLMGW_PARTITION_HOLD_S: their nodes still silent are lost from now on.
+    partitions_expired: list[str] = field(default_factory=list)
     cordoned: list[str] = field(default_factory=list)
 
     @property
@@ -70,6 +76,7 @@ class SweepResult:
             or self.domains_back
             or self.partitions
             or self.partitions_over
+            or self.partitions_expired
             or self.cordoned
         )
 
@@ -127,8 +134,10 @@ def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> 
         window_s=rules.window_s,
         min_nodes=rules.min_nodes,
     )
+    fleet = len(groups.get(partitions.FLEET, ()))
     for p in found:
-        partitions.open_partition(p, now)
+        until = failure_rules.hold_until(p.started_at, members=p.members, fleet=fleet, hold_s=rules.hold_s)
+        partitions.open_partition(p, now, until)
         result.partitions.append(p.group)
 
 
@@ -205,47 +214,36 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
 def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> None:
     """Ready nodes that went silent and came back ``flaps_to_cordon`` times in the window are cordoned.
 
-    Silences a partition explains are not the node's doing and do not count;
-    nor do those before the node was last cordoned for flapping, so an
-    operator who uncordons it starts its count again.
+    The count is ``inventory.reads.flaps``' (partitions' silences and those
+    before the node's last cordon for flapping left out).
     """
     # Silences older than any window that counts them are history nobody reads.
     keep = max(KEEP_SILENCES, timedelta(seconds=2 * rules.flap_window_s))
     FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__lt=now - keep).delete()
     if rules.flaps_to_cordon <= 0:
         return
-    since = now - timedelta(seconds=rules.flap_window_s)
-    downs = FleetEvent.objects.filter(
-        kind=FleetEvent.Kind.NODE_UNREACHABLE, started_at__gte=since, node__state=NodeState.READY
-    ).exclude(detail__has_key="partition")
-    often = [
-        row["node_id"] for row in downs.values("node_id").annotate(n=Count("id")).filter(n__gte=rules.flaps_to_cordon)
-    ]
-    for node in Node.objects.filter(pk__in=often).order_by("name"):
-        last_cordon = (
-            FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_FLAPPING, node=node)
-            .order_by("-started_at")
-            .values_list("started_at", flat=True)
-            .first()
-        )
-        times = [
-            t
-            for t in downs.filter(node=node).values_list("started_at", flat=True)
-            if not last_cordon or t > last_cordon
-        ]
-        count = failure_rules.flaps(times, now, down_now=not node.reachable, window_s=rules.flap_window_s)
-        if not failure_rules.should_cordon(count, flaps_to_cordon=rules.flaps_to_cordon):
+    found = flaps.flapping(now, rules.flap_window_s)
+    for name in sorted(found):
+        flapper = found[name]
+        if flapper.state != NodeState.READY:
             continue
+        if not failure_rules.should_cordon(flapper.returns, flaps_to_cordon=rules.flaps_to_cordon):
+            continue
+        count = flapper.returns
         reason = (
             f"went silent and came back {count} times in {rules.flap_window_s / 60:.0f} min "
             f"(LLMGW_FLAPS_TO_CORDON={rules.flaps_to_cordon}): cordoned so that nothing new lands on it; "
             "uncordon it once it is fixed"
         )
-        set_node_state(node.name, "cordon", actor=ACTOR, detail={"reason": reason, "flaps": count})
+        set_node_state(name, "cordon", actor=ACTOR, detail={"reason": reason, "flaps": count})
         FleetEvent.objects.create(
-            kind=FleetEvent.Kind.NODE_FLAPPING, node=node, subject=node.name, started_at=now, detail={"reason": reason}
+            kind=FleetEvent.Kind.NODE_FLAPPING,
+            node_id=flapper.node_id,
+            subject=name,
+            started_at=now,
+            detail={"reason": reason},
         )
-        result.cordoned.append(node.name)
+        result.cordoned.append(name)
 
 
 def sweep(
@@ -255,12 +253,13 @@ def sweep(
     domain_lost_after_s: float = DOMAIN_LOST_AFTER_S,
     rules: LossRules | None = None,
 ) -> SweepResult:
-    """One pass: end partitions that answer, mark the silent unreachable, record dark domains and partitions,
-    mark the long-silent lost (but not a partition's), cordon flappers."""
+    """One pass: end partitions that answer or were held past their bound, mark the silent unreachable, record
+    dark domains and partitions, mark the long-silent lost (but not a held partition's), cordon flappers."""
     rules = rules or LossRules()
     result = SweepResult()
     _close_domains_that_answer(now, result)
     result.partitions_over = partitions.close_those_that_answer(now, rules.share)
+    result.partitions_expired = partitions.close_those_held_past(now)
     silent = _mark_unreachable(now, grace_s, result)
     if silent:
         _record_dark_domains(silent, now, result)

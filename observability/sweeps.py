@@ -17,6 +17,9 @@ What a sweep looks for (kind: subject):
   clean for the clean window): out of placement, its replicas moved (inventory.health_actions);
 - ``node_health_cordoned``: a node — card health cordoned it after repeated problems;
 - ``node_silent``: a node — unreachable past the grace, or lost;
+- ``node_flapping``: a node — went silent and came back within the flap window
+  (``inventory.reads.flaps``): it takes no new replica until the window passes
+  or it is cordoned at ``LLMGW_FLAPS_TO_CORDON`` returns;
 - ``model_parked``: a model — parked after failing every start;
 - ``partition``: a group (the fleet, a fabric, ``rack=…``) — more than a share of
   its nodes went silent together; opened by the reachability sweep
@@ -48,7 +51,10 @@ from core.models import Finding, Severity
 from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
+from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
+from inventory.reachability import LossRules
+from inventory.reads import flaps
 from inventory.reads.partitions import active as active_partitions
 
 WARNING, CRITICAL = Severity.WARNING.value, Severity.CRITICAL.value
@@ -102,6 +108,8 @@ class Fleet:
     partitions: list[dict] = field(default_factory=list)
     holds: list[tuple[str, int, datetime, str]] = field(default_factory=list)  # node, card, since, reason
     health_cordons: list[tuple[str, str]] = field(default_factory=list)  # node, reason
+    flapping: dict[str, flaps.Flapper] = field(default_factory=dict)
+    loss_rules: LossRules = field(default_factory=LossRules)
 
 
 # --- loading (the only queries) -------------------------------------------------------------------------------------
@@ -154,6 +162,8 @@ def load(now: datetime) -> Fleet:
         CatalogModel.objects.filter(parked_at__isnull=False).values_list("name", "parked_at", "parked_error")
     )
     fleet.partitions = active_partitions()
+    fleet.loss_rules = loss_rules()
+    fleet.flapping = flaps.flapping(now, fleet.loss_rules.flap_window_s)
     return fleet
 
 
@@ -352,6 +362,30 @@ def silent_nodes(fleet: Fleet) -> list[Found]:
     return found
 
 
+def flapping_nodes(fleet: Fleet) -> list[Found]:
+    """Each node that came back from a silence within the flap window, and what that does to it."""
+    rules = fleet.loss_rules
+    found = []
+    for name in sorted(fleet.flapping):
+        reason = failure_rules.flapping_reason(fleet.flapping[name].returns, rules.flap_window_s)
+        if rules.flaps_to_cordon > 0:
+            then = (
+                f"it takes no new replica until the window passes, and is cordoned at {rules.flaps_to_cordon} "
+                "returns (LLMGW_FLAPS_TO_CORDON)"
+            )
+        else:
+            then = "flapping nodes are neither kept from new replicas nor cordoned (LLMGW_FLAPS_TO_CORDON=0)"
+        found.append(
+            Found(
+                "node_flapping",
+                name,
+                f"{name} is {reason} (silences of partitions not counted): {then}. Its replicas are moved once.",
+                WARNING,
+            )
+        )
+    return found
+
+
 def parked_models(fleet: Fleet) -> list[Found]:
     return [
         Found(
@@ -372,7 +406,7 @@ def partitioned_groups(fleet: Fleet) -> list[Found]:
         Found(
             "partition",
             p["group"],
-            failure_rules.partition_message(p["group"], p["nodes"], p["members"], p["since"]),
+            failure_rules.partition_message(p["group"], p["nodes"], p["members"], p["since"], p.get("until")),
             CRITICAL,
         )
         for p in fleet.partitions
@@ -398,6 +432,7 @@ def find(fleet: Fleet, now: datetime) -> list[Found]:
             *memory_rising(fleet, now),
             *health_actions(fleet),
             *silent_nodes(fleet),
+            *flapping_nodes(fleet),
             *parked_models(fleet),
             *partitioned_groups(fleet),
         ]

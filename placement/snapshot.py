@@ -18,9 +18,12 @@ from datetime import datetime, timedelta
 
 from catalog.models import CatalogModel, Profile
 from catalog.reads import source_refers_to
+from inventory import failure_rules
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
+from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
+from inventory.reads import flaps
 from placement.models import Demand, Replica
 from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ReplicaInfo, ShardInfo, Snapshot
 
@@ -49,7 +52,7 @@ def load(
     ``fabrics`` is the fabric analysis when the caller has made it already (the
     what-if reads fabric names from it too); it is made here otherwise.
     """
-    nodes, node_ids = _nodes(fabrics)
+    nodes, node_ids = _nodes(fabrics, now)
     models, model_ids, profile_ids = _models(now, scale or {})
     replicas = _replicas(set(node_ids))
     domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
@@ -62,7 +65,7 @@ def load(
 # --- nodes ------------------------------------------------------------------------
 
 
-def _nodes(report: FabricReport | None) -> tuple[list[NodeInfo], dict[str, int]]:
+def _nodes(report: FabricReport | None, now: datetime) -> tuple[list[NodeInfo], dict[str, int]]:
     rows = list(Node.objects.filter(lost=False).order_by("name"))
     gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
     mig_cards: dict[int, set[int]] = defaultdict(set)
@@ -75,10 +78,30 @@ def _nodes(report: FabricReport | None) -> tuple[list[NodeInfo], dict[str, int]]
     if holds:
         for node_pk, gpus in gpus_by_node.items():
             gpus[:] = [replace(g, held=holds.get((node_pk, g.index))) for g in gpus]
+    flapping = _flapping(now)
     out = []
     for n in rows:
-        out.append(node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name)))
+        info = node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name))
+        if n.name in flapping:
+            info = replace(info, flapping=flapping[n.name])
+        out.append(info)
     return out, {n.name: n.pk for n in rows}
+
+
+def _flapping(now: datetime) -> dict[str, str]:
+    """Node name → why it takes nothing new, for nodes that came back within the flap window.
+
+    Off with the cordon rule (``LLMGW_FLAPS_TO_CORDON`` 0): the one is the
+    other's first step.
+    """
+    rules = loss_rules()
+    if rules.flaps_to_cordon <= 0:
+        return {}
+    return {
+        name: reason
+        for name, f in flaps.flapping(now, rules.flap_window_s).items()
+        if (reason := failure_rules.flapping_reason(f.returns, rules.flap_window_s))
+    }
 
 
 def node_info(n: Node, gpus: tuple[GpuInfo, ...], fabric: str | None) -> NodeInfo:

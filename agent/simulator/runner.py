@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class Simulation:
             timeout=30, limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         )
         self.running: dict[str, Running] = {}
+        # Nodes cut off by a partition fault: alive, their engines running, but silent until it heals.
+        self.cut_off: set[str] = set()
         self.credentials: dict[str, str] = {}
         self.timers: set[asyncio.Task] = set()
         # Each simulated node's shards, served by fake engines; kept across a node's restarts
@@ -195,6 +198,7 @@ class Simulation:
 
     def revive(self, name: str) -> None:
         node = self.node(name)
+        self.cut_off.discard(name)
         if name not in self.running:
             self._start(node, 0.0)
 
@@ -222,6 +226,35 @@ class Simulation:
             self._changed(*trays)
 
         self._timer(rejoin())
+
+    def partition(self, pattern: str, seconds: float) -> list[str]:
+        """The network to the nodes matching ``pattern`` (a glob, ``hgx-00*``) is cut for ``seconds``.
+
+        Unlike ``kill``, the machines keep running and so do their engines: they
+        only stop reaching the control plane, as behind a rebooting rack switch,
+        and beat again (with the same credential) once it heals. The names cut off.
+        """
+        matched = sorted(name for name in self.nodes if fnmatch.fnmatchcase(name, pattern))
+        if not matched:
+            raise F.FaultError(f"no simulated node matches {pattern!r}")
+        cut = []
+        for name in matched:
+            running = self.running.pop(name, None)
+            if running is not None:
+                running.stop.set()
+                cut.append(name)
+        self.cut_off.update(cut)
+
+        async def heal() -> None:
+            await asyncio.sleep(seconds)
+            for name in cut:
+                self.cut_off.discard(name)
+                node = self.nodes[name]
+                if node.alive and name not in self.running:
+                    self._start(node, 0.0)
+
+        self._timer(heal())
+        return cut
 
     def imex_down(self, name: str) -> None:
         node = self.node(name)
@@ -260,7 +293,8 @@ class Simulation:
         self._changed(node)
 
     def apply(self, command: str) -> str:
-        """A fault written as text: ``tray-leave NODE``, ``fm-restart RACK [SECONDS]``, ``xid NODE GPU CODE``…"""
+        """A fault written as text: ``tray-leave NODE``, ``fm-restart RACK [SECONDS]``, ``xid NODE GPU CODE``,
+        ``partition NODE-PATTERN SECONDS``…"""
         words = command.split()
         if not words:
             return ""
@@ -278,11 +312,12 @@ class Simulation:
             "mislabel": (self.mislabel, 2),
             "xid": (self.xid, 3),
             "ecc": (self.ecc, 2),
+            "partition": (self.partition, 2),
         }
         if verb not in actions:
             raise F.FaultError(f"unknown fault {verb!r}; one of {', '.join(sorted(actions))}")
         action, most = actions[verb]
-        least = 3 if verb == "xid" else 1
+        least = {"xid": 3, "partition": 2}.get(verb, 1)
         if not least <= len(args) <= most:
             raise F.FaultError(
                 f"{verb} takes {_ARGUMENTS.get(verb) or ('a target' if most == 1 else 'a target and a number')}"
@@ -290,10 +325,15 @@ class Simulation:
         if verb == "mislabel":
             converted = list(args)
         else:
-            converted = [args[0], *(float(a) if verb == "fm-restart" else int(a) for a in args[1:])]
+            seconds = verb in ("fm-restart", "partition")
+            converted = [args[0], *(float(a) if seconds else int(a) for a in args[1:])]
 
         action(*converted)
         return f"{verb} {' '.join(args)}: done"
 
 
-_ARGUMENTS = {"xid": "a node, a GPU and an Xid code (xid NODE GPU CODE)", "ecc": "a node and a GPU (ecc NODE GPU)"}
+_ARGUMENTS = {
+    "xid": "a node, a GPU and an Xid code (xid NODE GPU CODE)",
+    "ecc": "a node and a GPU (ecc NODE GPU)",
+    "partition": "a node pattern and a number of seconds (partition NODE-PATTERN SECONDS)",
+}

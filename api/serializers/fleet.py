@@ -61,6 +61,12 @@ class PartitionSerializer(s.Serializer):
     nodes = s.ListField(child=s.CharField(), help_text="The nodes that went silent together.")
     members = s.IntegerField(help_text="How many nodes the group had.")
     since = s.DateTimeField(help_text="When the first of them went silent.")
+    until = s.DateTimeField(
+        allow_null=True,
+        help_text="When those still silent become lost and their replicas move at the normal rate "
+        "(LLMGW_PARTITION_HOLD_S after since); null: it holds until they answer or an operator resumes "
+        "(a partition of the whole fleet).",
+    )
 
 
 class ResumeMovesSerializer(s.Serializer):

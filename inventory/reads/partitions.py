@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from inventory.models import FleetEvent
 
 
@@ -11,12 +13,23 @@ def open_partitions() -> list[FleetEvent]:
 
 
 def describe(event: FleetEvent) -> dict:
-    """One partition: ``{"group", "nodes", "members", "since"}`` (``since`` an aware datetime)."""
+    """One partition: ``{"group", "nodes", "members", "since", "until"}``.
+
+    ``since`` and ``until`` are aware datetimes; ``until`` — when it ends as
+    losses — is None for one that holds until answered or resumed (the whole
+    fleet, the bound turned off, or recorded before there was a bound).
+    """
+    until = event.detail.get("until")
+    try:
+        until = datetime.fromisoformat(until) if isinstance(until, str) else None
+    except ValueError:
+        until = None
     return {
         "group": event.subject,
         "nodes": list(event.detail.get("nodes", [])),
         "members": int(event.detail.get("members", 0) or 0),
         "since": event.started_at,
+        "until": until,
     }
 
 

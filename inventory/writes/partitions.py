@@ -63,15 +63,19 @@ def settled_nodes(silent: dict[str, datetime], now: datetime) -> set[str]:
 
 
 @transaction.atomic
-def open_partition(p: failure_rules.Partition, now: datetime) -> FleetEvent:
-    """Record one partition and raise its finding; the silences it explains stop counting as flaps."""
+def open_partition(p: failure_rules.Partition, now: datetime, until: datetime | None = None) -> FleetEvent:
+    """Record one partition and raise its finding; the silences it explains stop counting as flaps.
+
+    ``until`` is when it ends as losses (``failure_rules.hold_until``), kept
+    with it so that the finding, the summary and the sweep that ends it all
+    read the same time; None holds it until answered or resumed.
+    """
+    detail = {"nodes": list(p.nodes), "members": p.members, "found_at": now.isoformat()}
+    detail["until"] = until.isoformat() if until is not None else None
     event = FleetEvent.objects.create(
-        kind=FleetEvent.Kind.PARTITION,
-        subject=p.group[:200],
-        started_at=p.started_at,
-        detail={"nodes": list(p.nodes), "members": p.members, "found_at": now.isoformat()},
+        kind=FleetEvent.Kind.PARTITION, subject=p.group[:200], started_at=p.started_at, detail=detail
     )
-    message = failure_rules.partition_message(p.group, p.nodes, p.members, p.started_at)
+    message = failure_rules.partition_message(p.group, p.nodes, p.members, p.started_at, until)
     Finding.objects.update_or_create(
         kind=KIND,
         subject=p.group[:200],
@@ -109,6 +113,18 @@ def close_those_that_answer(now: datetime, share: float) -> list[str]:
         for event in events:
             if failure_rules.partition_over(event.detail.get("nodes", []), silent, share=share):
                 close(event, now, "answered")
+                ended.append(event.subject)
+    return ended
+
+
+def close_those_held_past(now: datetime) -> list[str]:
+    """Partitions held past their bound end: their nodes still silent are lost at this sweep; their groups."""
+    ended = []
+    with transaction.atomic():
+        for event in open_partitions():
+            until = describe(event)["until"]
+            if failure_rules.held_past(until, now):
+                close(event, now, "held past the bound", until=until.isoformat())
                 ended.append(event.subject)
     return ended
 

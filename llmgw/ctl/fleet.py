@@ -78,15 +78,18 @@ def status(client: Client, console: Console, args) -> object:
     if s.get("store_error"):
         console.print(show.markup("[red]store:[/] {}", s["store_error"]))
     for p in s.get("partitions", []):
+        until = p.get("until")
+        ends = show.markup("; at {} those still silent are lost and moved at the normal rate" if until else "", until)
         console.print(
             show.markup(
                 "[red]partition:[/] {}: {} of {} nodes silent since {} ({}); nothing on them moves until they "
-                "answer or `llmgw ctl resume-moves`",
+                "answer or `llmgw ctl resume-moves`{}",
                 p["group"],
                 len(p["nodes"]),
                 p["members"],
                 p["since"],
                 _first(p["nodes"]),
+                ends,
             )
         )
     return None

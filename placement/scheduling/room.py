@@ -104,7 +104,7 @@ def blocked_reason(node: NodeInfo) -> str | None:
     if not node.reachable:
         return "unreachable"
     if node.state == READY:
-        return None
+        return node.flapping
     if node.state == CORDONED:
         return "cordoned: takes nothing new"
     if node.state == DRAINING:

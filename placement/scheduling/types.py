@@ -94,6 +94,8 @@ class NodeInfo:
     None when not reported. ``fabric`` is the physical InfiniBand fabric the
     node's adapters are on (subnet manager, or RoCE network), None when none is
     known. ``labels["pool"]`` is the pool a profile can confine itself to.
+    ``flapping`` is set on a ready node that has come back from a silence
+    within the flap window: nothing new lands on it, what it runs stays.
     """
 
     name: str
@@ -107,6 +109,9 @@ class NodeInfo:
     imex_channels: int | None = None
     fabric: str | None = None
     gpus: tuple[GpuInfo, ...] = ()
+    flapping: str | None = None
+    """Why a node that went silent and came back takes nothing new ("flapping: 2 returns in 30 min"), from
+    its first return until the cordon rule decides on it; None when it is not flapping."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

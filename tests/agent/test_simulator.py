@@ -102,6 +102,32 @@ class Inventory:
         return self.rows(sql, *args)[0][0]
 
 
+def test_a_partition_fault_silences_the_matching_nodes_for_its_seconds_and_keeps_their_engines():
+    async def scenario() -> None:
+        nodes = F.build_fleet("h100-hgx:4,cpu:1")
+        # Nothing listens there: the loops retry, which is all this needs of them.
+        sim = Simulation("http://127.0.0.1:9", "join", nodes, heartbeat_interval_s=0.1, run_shards=False)
+        await sim.start()
+        try:
+            engines = {name: sim.shards[name] for name in sim.nodes}
+            assert sim.apply("partition hgx-00[12] 0.5") == "partition hgx-00[12] 0.5: done"
+            assert sim.cut_off == {"hgx-001", "hgx-002"}
+            assert {"hgx-000", "hgx-003", "cpu-00"} <= set(sim.running)
+            assert not {"hgx-001", "hgx-002"} & set(sim.running)
+            assert all(sim.nodes[n].alive for n in sim.nodes), "cut off, not dead"
+            assert sim.shards == engines, "their engines keep running"
+            await until(lambda: not sim.cut_off, timeout=5, what="the partition to heal")
+            assert set(sim.running) == set(sim.nodes)
+            with pytest.raises(F.FaultError, match="no simulated node matches"):
+                sim.apply("partition gb200-* 1")
+            with pytest.raises(F.FaultError, match="partition NODE-PATTERN SECONDS"):
+                sim.apply("partition hgx-*")
+        finally:
+            await sim.stop()
+
+    asyncio.run(scenario())
+
+
 async def until(check, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -150,6 +176,19 @@ async def scenario(server: Server, join: str, inv: Inventory) -> None:
             lambda: inv.value("select reachable from inventory_node where name='hgx-000'") == 1,
             timeout=15,
             what="hgx-000 back",
+        )
+
+        # A partition: both HGX nodes fall silent for 8 s, then answer again by themselves.
+        sim.apply("partition hgx-* 8")
+        await until(
+            lambda: inv.value("select count(*) from inventory_node where name like 'hgx-%' and not reachable") == 2,
+            timeout=15,
+            what="the HGX nodes unreachable",
+        )
+        await until(
+            lambda: inv.value("select count(*) from inventory_node where name like 'hgx-%' and reachable") == 2,
+            timeout=20,
+            what="the HGX nodes back",
         )
 
         # A fabric manager restart: every card leaves the domain, then rejoins; no node is lost.

@@ -140,15 +140,22 @@ def test_the_embedded_database_and_its_wal_are_private_from_creation(tmp_path, e
     assert modes == {"llmgw.sqlite3": "600", "llmgw.sqlite3-shm": "600", "llmgw.sqlite3-wal": "600"}
 
 
-def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path):
-    """A bad autoscaler knob is said once at start (and by llmgw check), not by every reconcile."""
-    result = run_llmgw(tmp_path, "serve", LLMGW_AUTOSCALE_TARGET="lots")
+BAD_PERIODIC = [
+    ("LLMGW_AUTOSCALE_TARGET", "lots", "'lots' is not a number"),
+    ("LLMGW_PARTITION_HOLD_S", "soon", "'soon' is not a number"),
+    ("LLMGW_FLAPS_TO_CORDON", "2.5", "'2.5' is not a whole number"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "words"), BAD_PERIODIC)
+def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path, variable, value, words):
+    """A bad autoscaler or node loss knob is said once at start (and by llmgw check), not by every reconcile or
+    reachability sweep."""
+    result = run_llmgw(tmp_path, "serve", **{variable: value})
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [
-        "llmgw: configuration error: LLMGW_AUTOSCALE_TARGET: 'lots' is not a number"
-    ]
-    checked = run_llmgw(tmp_path, "check", LLMGW_AUTOSCALE_TARGET="lots")
-    assert checked.returncode != 0 and "LLMGW_AUTOSCALE_TARGET: 'lots' is not a number" in checked.stderr
+    assert result.stderr.strip().splitlines() == [f"llmgw: configuration error: {variable}: {words}"]
+    checked = run_llmgw(tmp_path, "check", **{variable: value})
+    assert checked.returncode != 0 and f"{variable}: {words}" in checked.stderr
 
 
 @pytest.mark.parametrize(

@@ -256,3 +256,16 @@ def test_status_shows_a_partition_and_resume_moves_ends_it(ctl, db):
     code, out, _ = ctl("resume-moves")
     assert code == 0 and "no partition was open" in out
     assert "partition:" not in ctl("status")[1]
+
+
+def test_status_shows_when_a_racks_partition_turns_into_losses(ctl, db):
+    names = sorted(s.name for s in ingest_fleet("h100-hgx:5"))
+    Node.objects.filter(name__in=names[:2]).update(labels={"rack": "r1"})
+    now = timezone.now()
+    Node.objects.filter(name__in=names[:2]).update(last_seen=now - timedelta(seconds=60))
+    assert reachability.sweep(now).partitions == ["rack=r1"]
+    code, out, _ = ctl("status")
+    words = " ".join(out.split())
+    assert code == 0 and "partition: rack=r1: 2 of 2 nodes silent since" in words
+    (p,) = json.loads(ctl("status", "--json")[1])["partitions"]
+    assert p["until"] and f"at {p['until']} those still silent are lost" in words

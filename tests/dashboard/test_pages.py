@@ -120,6 +120,18 @@ def test_the_fleet_page_shows_an_open_partition(operator, fleet):
     page = operator.get("/admin/fleet/").content.decode()
     assert 'data-partition="the fleet"' in page and "18 of 22 nodes went silent together" in page
     assert "llmgw ctl resume-moves" in page
+    assert "a partition of the whole fleet holds until then" in page
+
+
+def test_the_fleet_page_shows_when_a_racks_partition_turns_into_losses(operator, fleet):
+    now = timezone.now()
+    Node.objects.filter(name__in=["hgx-000", "hgx-001"]).update(
+        labels={"rack": "r9"}, last_seen=now - timedelta(seconds=60)
+    )
+    assert reachability.sweep(now).partitions == ["rack=r9"]
+    page = operator.get("/admin/fleet/").content.decode()
+    assert 'data-partition="rack=r9"' in page and "<span data-partition-until>" in page
+    assert "those still silent are lost and their replicas moved at the normal rate" in page
 
 
 def test_the_fleet_page_lists_the_doctors_open_findings(operator, fleet):

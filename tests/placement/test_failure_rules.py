@@ -152,3 +152,51 @@ def test_flaps_are_the_returns_within_the_window(gaps, down_now, window_s, thres
     returns = sum(1 for d, u in zip(downs, ups, strict=False) if d >= since and u <= now)
     assert count == returns
     assert rules.should_cordon(count, flaps_to_cordon=threshold) == (threshold > 0 and count >= threshold)
+
+
+# --- the partition hold -------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    start=st.integers(0, 10**6),
+    members=st.integers(1, 3000),
+    fleet=st.integers(1, 3000),
+    hold_s=st.floats(-10, 10**5, allow_nan=False),
+    later=st.integers(0, 2 * 10**5),
+)
+def test_a_partition_ends_as_losses_exactly_past_the_hold_unless_it_is_the_whole_fleet(
+    start, members, fleet, hold_s, later
+):
+    """The oracle: the whole fleet or no bound never; any other group at start + hold, not a second before."""
+    until = rules.hold_until(at(start), members=members, fleet=fleet, hold_s=hold_s)
+    now = at(start + later)
+    if members >= fleet or hold_s <= 0:
+        assert until is None and not rules.held_past(until, now)
+    else:
+        assert until == at(start) + timedelta(seconds=hold_s)
+        assert rules.held_past(until, now) == (later >= hold_s)
+    message = rules.partition_message("rack=r1", ["a", "b"], members, at(start), until)
+    assert ("lost" in message) == (until is not None) and "resume-moves" in message
+
+
+def test_the_default_hold_is_five_minutes():
+    assert rules.hold_until(T0, members=18, fleet=2000) == T0 + timedelta(seconds=300)
+    assert rules.hold_until(T0, members=2000, fleet=2000) is None
+
+
+# --- flapping -----------------------------------------------------------------------------------------------------
+
+
+@given(returns=st.integers(-2, 50), window_s=st.floats(60, 10**5, allow_nan=False))
+def test_a_node_is_flapping_from_its_first_return(returns, window_s):
+    reason = rules.flapping_reason(returns, window_s)
+    assert (reason is None) == (returns < 1)
+    if reason is not None:
+        assert reason.startswith(f"flapping: {returns} return") and f"in {window_s / 60:.0f} min" in reason
+        assert reason.endswith(" min") and ("returns" in reason) == (returns != 1)
+
+
+def test_the_flapping_reason_reads_as_the_explanation_shows_it():
+    assert rules.flapping_reason(2, 1800) == "flapping: 2 returns in 30 min"
+    assert rules.flapping_reason(1, 1800) == "flapping: 1 return in 30 min"

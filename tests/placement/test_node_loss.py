@@ -23,7 +23,7 @@ from inventory.reads import partitions
 from inventory.writes.heartbeats import desk
 from observability import sweeps
 from placement import tasks
-from placement.models import NodeLossMove, Replica, Shard
+from placement.models import NodeLossMove, PlacementExplanation, Replica, Shard
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model
 
@@ -136,6 +136,42 @@ def test_the_same_silence_without_racks_as_groups_is_four_failures_moved_at_the_
     assert len(live("m")) == 6 and not set(hosts().values()) & set(rack)
 
 
+def test_a_rack_of_hgx_nodes_lost_for_ten_minutes_is_held_then_moved_at_the_rate_oldest_first(monkeypatch):
+    """Racks are groups (the default): the rack is a partition for LLMGW_PARTITION_HOLD_S, then losses."""
+    monkeypatch.setenv("LLMGW_MOVES_PER_MINUTE", "2")
+    names = racked("h100-hgx:12", {"r1": 4, "r2": 4, "r3": 4})
+    model("m", H100, min_replicas=6, max_replicas=6)
+    clock = Clock()
+    clock.step(0, names)
+    rack = names[:4]
+    victims = sorted(r for r, n in hosts().items() if n in rack)
+    assert victims, "some replicas are on the rack"
+    alive = names[4:]
+
+    moved_at: dict[str, float] = {}
+    opened, expired = [], []
+    for s in range(5, 605, 5):
+        result, done = clock.step(s, alive)
+        opened += result.partitions
+        expired += [(g, s) for g in result.partitions_expired]
+        for rid in done.lost:
+            moved_at[rid] = s
+        if s == 100:
+            (p,) = partitions.active()
+            assert p["until"] == clock.at(300), "held for the bound from the first silence"
+            (finding,) = Finding.objects.open().filter(kind="partition")
+            assert f"{p['until']:%Y-%m-%d %H:%M:%S}" in finding.message and "lost" in finding.message
+    assert opened == ["rack=r1"] and expired == [("rack=r1", 300)]
+    assert min(moved_at.values()) == 300, "nothing moved while the partition held"
+    assert sorted(moved_at) == victims, "then every replica of the rack moved"
+    times = sorted(moved_at.values())
+    assert all(sum(1 for t in times if a <= t < a + 60) <= 2 for a in times), f"more than 2 a minute: {times}"
+    assert not Finding.objects.open().filter(kind="partition").exists()
+    (event,) = FleetEvent.objects.filter(kind=FleetEvent.Kind.PARTITION)
+    assert event.detail["ended"] == "held past the bound"
+    assert len(live("m")) == 6 and not set(hosts().values()) & set(rack)
+
+
 def test_one_node_lost_moves_its_replicas_after_the_grace():
     names = sorted(fleet("h100-hgx:4"))
     model("m", H100, min_replicas=2, max_replicas=2)
@@ -183,17 +219,20 @@ def test_a_flapping_node_has_its_replicas_moved_once_and_is_cordoned_after_the_t
     assert len(live("m")) == 1 and flapper not in hosts().values()
 
 
-def test_a_partition_of_the_whole_fleet_is_one_finding_not_one_per_rack():
+def test_a_partition_of_the_whole_fleet_is_one_finding_not_one_per_rack_and_holds_past_the_bound():
     names = racked("h100-hgx:6", {"r1": 3, "r2": 3})
     model("m", H100, min_replicas=3, max_replicas=3)
     clock = Clock()
     clock.step(0, names)
     opened = []
-    for s in range(5, 200, 5):
+    for s in range(5, 400, 5):
         result, done = clock.step(s, [])
         opened += result.partitions
-        assert not done.lost
+        assert not done.lost and not result.partitions_expired, f"at {s} s"
     assert opened == ["the fleet"]
+    (p,) = partitions.active()
+    assert p["until"] is None, "the whole fleet silent: most likely the control host is cut off; it holds"
+    assert not Node.objects.filter(lost=True).exists()
     assert Finding.objects.open().filter(kind="partition").count() == 1
     assert not FleetEvent.objects.filter(kind=FleetEvent.Kind.NODE_FLAPPING).exists()
 
@@ -233,3 +272,39 @@ def test_two_control_hosts_reconciling_at_once_never_move_more_than_the_rate(mon
     assert len(moves) == 2, "two in the minute, whichever host made them"
     # The oldest losses first: the first two victims went silent earliest.
     assert [m.nodes for m in moves] == [[victims[0]], [victims[1]]]
+
+
+def test_a_node_back_from_a_silence_takes_no_new_replica_until_the_window_passes_and_has_a_finding():
+    names = sorted(fleet("h100-hgx:2"))
+    model("m", H100, min_replicas=1, max_replicas=1)
+    clock = Clock()
+    clock.step(0, names)
+    (host,) = hosts().values()
+    (flapper,) = [n for n in names if n != host]
+    # Silent 40 s: unreachable, not lost; then back through the heartbeat desk.
+    for s in range(5, 45, 5):
+        clock.step(s, [host])
+    assert not Node.objects.get(name=flapper).reachable
+    assert beat(flapper, clock.at(45))
+    clock.step(45, names)
+
+    # Only the flapping node has room, and it is kept from new replicas, with the reason.
+    model("n", H100, min_replicas=1, max_replicas=1)
+    _, done = clock.step(50, names)
+    assert not done.created, "nothing new on a node between its first return and the cordon"
+    (why,) = PlacementExplanation.objects.filter(model__name="n")
+    assert not why.placed
+    assert {(r["node"], r["reason"]) for r in why.rejections} == {
+        (flapper, "flapping: 1 return in 30 min"),
+        (host, "no h100-80g free: 8 in use"),
+    }
+    sweeps.sweep(clock.now)
+    (finding,) = Finding.objects.open().filter(kind="node_flapping")
+    assert finding.subject == flapper and "flapping: 1 return in 30 min" in finding.message
+
+    # Past the flap window it is an ordinary node again: the replica lands there and the finding resolves.
+    _, done = clock.step(45 + 1805, names)
+    assert len(done.created) == 1 and set(hosts().values()) == {host}
+    assert [s.node.name for s in Shard.objects.filter(replica__in=live("n")).select_related("node")] == [flapper]
+    sweeps.sweep(clock.now)
+    assert not Finding.objects.open().filter(kind="node_flapping").exists()

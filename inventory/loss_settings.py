@@ -1,0 +1,38 @@
+"""Node loss's settings (partitions, the partition hold, flapping), read in one place.
+
+The reachability sweep, placement's snapshot (which keeps new replicas off a
+flapping node) and the doctor's sweep all read them here, through
+``core.config.number``, so a bad value is refused in the same words as every
+other numeric setting — and at start, by the system check in
+``inventory.checks``, rather than at every sweep.
+"""
+
+from __future__ import annotations
+
+import os
+
+from core.config import ConfigError, number
+from inventory import failure_rules
+from inventory.reachability import LossRules
+
+
+def _whole(env: dict[str, str], name: str, default: int, low: int) -> int:
+    value = number(env, name, default, low=low)
+    if value != int(value):
+        raise ConfigError(name, f"{env[name]!r} is not a whole number")
+    return int(value)
+
+
+def loss_rules(env: dict[str, str] | None = None) -> LossRules:
+    """Partitions and flaps as the environment sets them (defaults and reasons: docs/operations.md, "Node loss")."""
+    env = dict(os.environ if env is None else env)
+    labels = env.get("LLMGW_PARTITION_LABELS", "rack")
+    return LossRules(
+        share=number(env, "LLMGW_PARTITION_SHARE", failure_rules.PARTITION_SHARE, low=0.0, high=1.0),
+        window_s=number(env, "LLMGW_PARTITION_WINDOW_S", failure_rules.PARTITION_WINDOW_S, low=1.0),
+        min_nodes=_whole(env, "LLMGW_PARTITION_MIN_NODES", failure_rules.PARTITION_MIN_NODES, 1),
+        labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
+        hold_s=number(env, "LLMGW_PARTITION_HOLD_S", failure_rules.PARTITION_HOLD_S, low=0.0),
+        flaps_to_cordon=_whole(env, "LLMGW_FLAPS_TO_CORDON", failure_rules.FLAPS_TO_CORDON, 0),
+        flap_window_s=number(env, "LLMGW_FLAP_WINDOW_S", failure_rules.FLAP_WINDOW_S, low=1.0),
+    )
