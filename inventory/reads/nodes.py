@@ -45,6 +45,10 @@ PORT_FIELDS += ("sm_lid", "sm_error", "counters")
 # Node columns the listing never shows; the node's own page reads them.
 _NODE_UNLISTED = ("shard_status", "imex_nodes", "problems", "credential_digest", "report_digest", "machine_id")
 
+# Nodes a page of the streamed listing holds: about 15 MB of views while it is built, and few enough
+# queries (four a page) that paging adds little to reading the whole fleet at once.
+NODE_PAGE = 250
+
 # Traffic counters: they rise with use, so they are reported as bytes, never as errors.
 TRAFFIC_COUNTERS = ("port_xmit_data", "port_rcv_data")
 
@@ -81,7 +85,7 @@ def node_list(
     keys (``?fields=`` in the API), and skips the cards and ports unless named.
     """
     with _cycles_uncollected():
-        return _node_list(usage, now or timezone.now(), fields, wiring)
+        return _node_list(usage, now or timezone.now(), fields, wiring)[0]
 
 
 @contextmanager
@@ -102,29 +106,76 @@ def _cycles_uncollected() -> Iterator[None]:
             gc.enable()
 
 
-def _node_list(usage: NodeUsage, now: datetime, fields: frozenset[str] | None, wiring: bool) -> list[dict[str, Any]]:
+def node_pages(
+    usage: NodeUsage,
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    wiring: bool = False,
+    size: int | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The listing of :func:`node_list` in pages of ``size`` nodes by name, each read when it is asked for.
+
+    For an answer streamed as it is built: memory holds one page, whatever the
+    fleet's size. Each page reads the same few queries (its nodes, then their
+    cards and ports by id); pages follow one another by name, so a node added
+    or removed while the pages are read is listed at most once, every other
+    node exactly once.
+    """
+    now, size = now or timezone.now(), size or NODE_PAGE
+    domains = _domain_keys()
+    after: str | None = None
+    while True:
+        with _cycles_uncollected():
+            page, after = _node_list(usage, now, fields, wiring, domains, after=after, limit=size)
+        if page:
+            yield page
+        if len(page) < size:
+            return
+
+
+def _node_list(
+    usage: NodeUsage,
+    now: datetime,
+    fields: frozenset[str] | None,
+    wiring: bool,
+    domains: Mapping[int, str] | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every node, or (``limit``) the first ``limit`` after the name ``after`` with only their cards and ports read.
+
+    Answers the views and the last node's name (where the next page starts).
+    """
     cards = wiring and (fields is None or "gpus" in fields)
-    problems = {(n, i): h for n, i, h in GPU.objects.exclude(health=[]).values_list("node_id", "index", "health")}
+    nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
+    if after is not None:
+        nodes = nodes.filter(name__gt=after)
+    gpu_rows, port_rows = GPU.objects.all(), IBPort.objects.all()
+    if limit is not None:
+        nodes = list(nodes[:limit])
+        ids = [n.pk for n in nodes]
+        gpu_rows, port_rows = gpu_rows.filter(node_id__in=ids), port_rows.filter(node_id__in=ids)
+    problems = {(n, i): h for n, i, h in gpu_rows.exclude(health=[]).values_list("node_id", "index", "health")}
     gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
+    for g in gpu_rows.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
         g["health"] = problems.get((g["node_id"], g["index"])) or []
         gpus[g["node_id"]].append(g)
     ports: dict[int, list[dict]] = defaultdict(list)
     if wiring and (fields is None or "ib_ports" in fields):
-        for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
+        for p in port_rows.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
             ports[p["node_id"]].append(_port_view(p))
-    domains = _domain_keys()
-    nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
+    domains = _domain_keys() if domains is None else domains
     nearest: dict[tuple, tuple[str, str] | None] = {}
-    out = []
+    out, last = [], None
     for n in nodes:
+        last = n.name
         view = _node_view(n, gpus[n.pk], usage, domains, now)
         if cards:
             view["gpus"] = [_gpu_brief(g, domains, nearest) for g in gpus[n.pk]]
         if wiring:
             view["ib_ports"] = ports[n.pk]
         out.append(view if fields is None else {k: v for k, v in view.items() if k in fields})
-    return out
+    return out, last
 
 
 def _gpu_brief(g: Mapping[str, Any], domains: Mapping[int, str], nearest: dict) -> dict[str, Any]:
