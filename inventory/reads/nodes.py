@@ -13,16 +13,15 @@ The shards are placement's rows, so placement reads them and hands them in
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
+from core import cycles
 from core.models import AuditEntry
 from inventory import devices
 from inventory.devices import mig_label
@@ -84,26 +83,8 @@ def node_list(
     is most of a large fleet's listing. ``fields`` keeps only those top-level
     keys (``?fields=`` in the API), and skips the cards and ports unless named.
     """
-    with _cycles_uncollected():
+    with cycles.uncollected():
         return _node_list(usage, now or timezone.now(), fields, wiring)[0]
-
-
-@contextmanager
-def _cycles_uncollected() -> Iterator[None]:
-    """Hold off Python's cycle collector while the listing is built.
-
-    A 2,000-node listing allocates about a million small dicts and lists, none
-    of them in a cycle; the collector's passes over them were a third of its
-    time. Reference counting still frees everything; the collector resumes (if
-    it was on) as soon as the listing is built.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def node_pages(
@@ -125,7 +106,7 @@ def node_pages(
     domains = _domain_keys()
     after: str | None = None
     while True:
-        with _cycles_uncollected():
+        with cycles.uncollected():
             page, after = _node_list(usage, now, fields, wiring, domains, after=after, limit=size)
         if page:
             yield page
