@@ -299,10 +299,14 @@ def node_list(
 
 
 def node_pages(
-    now: datetime | None = None, fields: frozenset[str] | None = None, wiring: bool = False, size: int | None = None
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    wiring: bool = False,
+    size: int | None = None,
+    after: str | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """:func:`node_list` in pages of ``size`` nodes, each read when asked for (``inventory.reads.nodes.node_pages``)."""
-    return inventory_nodes.node_pages(node_usage(), now, fields, wiring, size)
+    return inventory_nodes.node_pages(node_usage(), now, fields, wiring, size, after)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

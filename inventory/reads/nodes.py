@@ -93,6 +93,7 @@ def node_pages(
     fields: frozenset[str] | None = None,
     wiring: bool = False,
     size: int | None = None,
+    after: str | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """The listing of :func:`node_list` in pages of ``size`` nodes by name, each read when it is asked for.
 
@@ -100,11 +101,10 @@ def node_pages(
     fleet's size. Each page reads the same few queries (its nodes, then their
     cards and ports by id); pages follow one another by name, so a node added
     or removed while the pages are read is listed at most once, every other
-    node exactly once.
+    node exactly once. ``after`` starts the first page after that name (the console's pages).
     """
     now, size = now or timezone.now(), size or NODE_PAGE
     domains = _domain_keys()
-    after: str | None = None
     while True:
         with cycles.uncollected():
             page, after = _node_list(usage, now, fields, wiring, domains, after=after, limit=size)
