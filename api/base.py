@@ -16,11 +16,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework import exceptions, permissions
 from rest_framework.parsers import JSONParser
+from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
 from core import jsonbody
@@ -29,7 +35,7 @@ from core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_t
 JSON_BODY_LIMIT = 1024 * 1024
 ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
 
-__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "unstorable"]
+__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "streamed_list", "unstorable"]
 
 
 class Refused(exceptions.APIException):
@@ -160,3 +166,37 @@ class ApiView(APIView):
     def audit(self, request, action: str, target: str, **detail: Any) -> AuditEntry:
         """Write one change to the audit log, with the account and token behind it."""
         return AuditEntry.record(self.actor(request), action, target, detail)
+
+
+def _array_chunks(pages: Iterable[list[Any]]) -> Iterator[bytes]:
+    """A JSON array's bytes, one chunk a page, encoded as DRF's renderer encodes an answer (compact, UTF-8)."""
+    yield b"["
+    first = True
+    for page in pages:
+        if not page:
+            continue
+        text = ",".join(json.dumps(item, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":")) for item in page)
+        yield (text if first else "," + text).encode()
+        first = False
+    yield b"]"
+
+
+async def _in_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk built in the request's thread (the pages read the database), handed to the server as it is."""
+    while (chunk := await sync_to_async(next, thread_sensitive=True)(chunks, None)) is not None:
+        yield chunk
+
+
+def streamed_list(request, pages: Iterable[list[Any]]) -> HttpResponse | StreamingHttpResponse:
+    """A JSON array answered page by page as ``pages`` reads them, so memory holds one page, not the list.
+
+    Streamed under ASGI, which every server llmgw runs, through an async
+    iterator (Django reads a sync one whole before sending any of it). Once
+    the first chunk is out the status is sent, so a page that fails later
+    cuts the answer short: the client sees JSON that does not parse. Under
+    WSGI (Django's test client) the same chunks are joined into one answer.
+    """
+    chunks = _array_chunks(pages)
+    if isinstance(getattr(request, "_request", request), ASGIRequest):
+        return StreamingHttpResponse(_in_thread(chunks), content_type="application/json")
+    return HttpResponse(b"".join(chunks), content_type="application/json")

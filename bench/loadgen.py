@@ -25,6 +25,7 @@ def encode_post(host: str, path: str, token: str, body: bytes) -> bytes:
 class Answer:
     status: int
     seconds: float
+    body: bytes = b""
 
 
 class Connection:
@@ -60,15 +61,16 @@ class Connection:
                 chunked = True
             elif name.lower() == "connection" and "close" in value.lower():
                 close = True
+        body = b""
         if chunked:
             await self._skip_chunks()
         elif length:
-            await self.reader.readexactly(length)
+            body = await self.reader.readexactly(length)
 
         if close:
             self.writer.close()
             self.writer = None
-        return Answer(status, time.perf_counter() - started)
+        return Answer(status, time.perf_counter() - started, body)
 
     async def _skip_chunks(self) -> None:
         """Read a chunked body to its end (Django's answers come chunked when they carry no length)."""

@@ -25,6 +25,7 @@ stores it.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 # States of a card with no multi-node fabric at all: a PCIe card, a card in MIG mode, nothing reported.
@@ -33,6 +34,11 @@ COMPLETED = "completed"
 SUCCESS = "success"
 # What nvidia-smi prints in place of a UUID it does not have.
 MISSING_UUIDS = frozenset({"", "n/a", "none", "not supported"})
+# (fabric state, status, ClusterUUID) exactly as nvidia-smi prints them for a card whose fabric is
+# complete but names no domain: an HGX box's cards, alone in their chassis. Such a card, in no
+# domain, claims none and is not trying to join one (the test holds this against the rules below),
+# so a reader may leave a node whose cards are all like it out before reading any card.
+SETTLED_ALONE = ("Completed", "Success", "00000000-0000-0000-0000-000000000000")
 
 
 class DomainKey(NamedTuple):
@@ -47,6 +53,9 @@ class DomainKey(NamedTuple):
         return f"{self.cluster_uuid}/{self.clique_id}"
 
 
+# Remembered: a fleet reports a handful of distinct words (states, statuses, one UUID a rack) for
+# tens of thousands of cards, and the NVLink report reads each card's three times.
+@lru_cache(maxsize=4096)
 def words(raw: str | None) -> str:
     """A reported word as the rules compare it: lower case, ``_`` as a space, whitespace collapsed, no brackets.
 

@@ -47,6 +47,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from catalog.models import CatalogModel
+from core import cycles
 from core.models import Finding, Severity
 from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
@@ -116,6 +117,12 @@ class Fleet:
 
 
 def load(now: datetime) -> Fleet:
+    # A row object for every GPU of the fleet, none in a cycle (core.cycles).
+    with cycles.uncollected():
+        return _load(now)
+
+
+def _load(now: datetime) -> Fleet:
     fleet = Fleet()
     for name, reachable, lost, since, imex in Node.objects.values_list(
         "name", "reachable", "lost", "unreachable_since", "imex_state"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -414,6 +415,17 @@ def node_list(
     them; ``fields`` keeps only those top-level keys (``?fields=`` in the API).
     """
     return inventory_nodes.node_list(node_usage(), now, fields, wiring)
+
+
+def node_pages(
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    wiring: bool = False,
+    size: int | None = None,
+    after: str | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """:func:`node_list` in pages of ``size`` nodes, each read when asked for (``inventory.reads.nodes.node_pages``)."""
+    return inventory_nodes.node_pages(node_usage(), now, fields, wiring, size, after)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

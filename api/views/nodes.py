@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from api.base import ApiView, Refused
+from api.base import ApiView, Refused, streamed_list
 from api.serializers.common import ERRORS, WRITE_ERRORS, ErrorSerializer
 from api.serializers.nodes import (
     NodeDetailSerializer,
@@ -20,7 +20,7 @@ from api.serializers.nodes import (
 )
 from inventory.reads import node_logs
 from inventory.writes.states import NodeStateError, set_node_state
-from placement.reads import node_detail, node_list
+from placement.reads import node_detail, node_pages
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ class NodeListView(ApiView):
         responses={200: NodeListedSerializer(many=True), **ERRORS},
     )
     def get(self, request):
-        return Response(node_list(fields=listed_fields(request.query_params.get("fields")), wiring=True))
+        # Streamed a page of nodes at a time: the full listing of a large fleet is megabytes.
+        fields = listed_fields(request.query_params.get("fields"))
+        return streamed_list(request, node_pages(fields=fields, wiring=True))
 
 
 class NodeDetailView(ApiView):

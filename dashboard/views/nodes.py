@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -13,7 +14,7 @@ from dashboard import present
 from dashboard.actions import NodeStateError, set_node_state_from_console
 from dashboard.views import common
 from inventory.models import Node, NVLinkDomain
-from placement.reads import node_detail, node_list, replica_list
+from placement.reads import node_detail, node_pages, replica_list
 
 # The verbs offered on the page: what each does, in the words on its button.
 ACTIONS = (
@@ -23,18 +24,33 @@ ACTIONS = (
 )
 
 
-def index_context() -> dict[str, Any]:
-    return {"nodes": node_list()}
+# Nodes a page of the table shows: a fleet of ten thousand is forty pages, each read and drawn
+# on its own (the table's rows are most of the page's time).
+PAGE = 250
+
+
+def index_context(after: str | None = None) -> dict[str, Any]:
+    """One page of the table: the first PAGE nodes by name after ``after`` (from the start when None)."""
+    page = next(node_pages(size=PAGE, after=after or None), [])
+    return {"nodes": page, "after": after or "", "next_after": page[-1]["id"] if len(page) == PAGE else ""}
+
+
+def _after(request: HttpRequest) -> str | None:
+    after = request.GET.get("after")
+    if after and "\x00" in after:
+        raise BadRequest("after: a node's name holds no NUL character")
+    return after
 
 
 def index(request: HttpRequest) -> HttpResponse:
+    context = index_context(_after(request))
     return common.page(
-        request, "dashboard/nodes.html", index_context(), title="Nodes", section="nodes", socket="/ws/console/fleet/"
+        request, "dashboard/nodes.html", context, title="Nodes", section="nodes", socket="/ws/console/fleet/"
     )
 
 
 def index_fragment(request: HttpRequest) -> HttpResponse:
-    return common.fragment(request, "dashboard/fragments/nodes.html", index_context())
+    return common.fragment(request, "dashboard/fragments/nodes.html", index_context(_after(request)))
 
 
 def node_context(name: str) -> dict[str, Any]:

@@ -13,16 +13,15 @@ The shards are placement's rows, so placement reads them and hands them in
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
+from core import cycles
 from core.models import AuditEntry
 from inventory import devices
 from inventory.devices import mig_label
@@ -44,6 +43,10 @@ PORT_FIELDS = ("hca", "port", "state", "phys_state", "rate_gbps", "link_layer", 
 PORT_FIELDS += ("sm_lid", "sm_error", "counters")
 # Node columns the listing never shows; the node's own page reads them.
 _NODE_UNLISTED = ("shard_status", "imex_nodes", "problems", "credential_digest", "report_digest", "machine_id")
+
+# Nodes a page of the streamed listing holds: about 15 MB of views while it is built, and few enough
+# queries (four a page) that paging adds little to reading the whole fleet at once.
+NODE_PAGE = 250
 
 # Traffic counters: they rise with use, so they are reported as bytes, never as errors.
 TRAFFIC_COUNTERS = ("port_xmit_data", "port_rcv_data")
@@ -80,51 +83,80 @@ def node_list(
     is most of a large fleet's listing. ``fields`` keeps only those top-level
     keys (``?fields=`` in the API), and skips the cards and ports unless named.
     """
-    with _cycles_uncollected():
-        return _node_list(usage, now or timezone.now(), fields, wiring)
+    with cycles.uncollected():
+        return _node_list(usage, now or timezone.now(), fields, wiring)[0]
 
 
-@contextmanager
-def _cycles_uncollected() -> Iterator[None]:
-    """Hold off Python's cycle collector while the listing is built.
+def node_pages(
+    usage: NodeUsage,
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    wiring: bool = False,
+    size: int | None = None,
+    after: str | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The listing of :func:`node_list` in pages of ``size`` nodes by name, each read when it is asked for.
 
-    A 2,000-node listing allocates about a million small dicts and lists, none
-    of them in a cycle; the collector's passes over them were a third of its
-    time. Reference counting still frees everything; the collector resumes (if
-    it was on) as soon as the listing is built.
+    For an answer streamed as it is built: memory holds one page, whatever the
+    fleet's size. Each page reads the same few queries (its nodes, then their
+    cards and ports by id); pages follow one another by name, so a node added
+    or removed while the pages are read is listed at most once, every other
+    node exactly once. ``after`` starts the first page after that name (the console's pages).
     """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
+    now, size = now or timezone.now(), size or NODE_PAGE
+    domains = _domain_keys()
+    while True:
+        with cycles.uncollected():
+            page, after = _node_list(usage, now, fields, wiring, domains, after=after, limit=size)
+        if page:
+            yield page
+        if len(page) < size:
+            return
 
 
-def _node_list(usage: NodeUsage, now: datetime, fields: frozenset[str] | None, wiring: bool) -> list[dict[str, Any]]:
+def _node_list(
+    usage: NodeUsage,
+    now: datetime,
+    fields: frozenset[str] | None,
+    wiring: bool,
+    domains: Mapping[int, str] | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every node, or (``limit``) the first ``limit`` after the name ``after`` with only their cards and ports read.
+
+    Answers the views and the last node's name (where the next page starts).
+    """
     cards = wiring and (fields is None or "gpus" in fields)
-    problems = {(n, i): h for n, i, h in GPU.objects.exclude(health=[]).values_list("node_id", "index", "health")}
+    nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
+    if after is not None:
+        nodes = nodes.filter(name__gt=after)
+    gpu_rows, port_rows = GPU.objects.all(), IBPort.objects.all()
+    if limit is not None:
+        nodes = list(nodes[:limit])
+        ids = [n.pk for n in nodes]
+        gpu_rows, port_rows = gpu_rows.filter(node_id__in=ids), port_rows.filter(node_id__in=ids)
+    problems = {(n, i): h for n, i, h in gpu_rows.exclude(health=[]).values_list("node_id", "index", "health")}
     gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
+    for g in gpu_rows.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
         g["health"] = problems.get((g["node_id"], g["index"])) or []
         gpus[g["node_id"]].append(g)
     ports: dict[int, list[dict]] = defaultdict(list)
     if wiring and (fields is None or "ib_ports" in fields):
-        for p in IBPort.objects.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
+        for p in port_rows.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
             ports[p["node_id"]].append(_port_view(p))
-    domains = _domain_keys()
-    nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
+    domains = _domain_keys() if domains is None else domains
     nearest: dict[tuple, tuple[str, str] | None] = {}
-    out = []
+    out, last = [], None
     for n in nodes:
+        last = n.name
         view = _node_view(n, gpus[n.pk], usage, domains, now)
         if cards:
             view["gpus"] = [_gpu_brief(g, domains, nearest) for g in gpus[n.pk]]
         if wiring:
             view["ib_ports"] = ports[n.pk]
         out.append(view if fields is None else {k: v for k, v in view.items() if k in fields})
-    return out
+    return out, last
 
 
 def _gpu_brief(g: Mapping[str, Any], domains: Mapping[int, str], nearest: dict) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from django.db.models import Q
+
 from inventory import nvlink_rules
 from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
@@ -36,21 +38,30 @@ CARD_FIELDS = (
     "fabric_problems",
     "health",
 )
+NODE_FIELDS = ("pk", "name", "state", "reachable", "imex_state", "imex_channels")
 
 
 def nvlink_report() -> dict[str, Any]:
     """Every NVLink domain with its nodes; nodes trying to join none under ``unassigned``."""
     domains = {d.pk: d for d in NVLinkDomain.objects.all()}
     by_key = {k: pk for pk, d in domains.items() if (k := nvlink_rules.claimed_key(d.cluster_uuid, d.clique_id))}
+    with_fabric = GPU.objects.filter(parent_index__isnull=True).exclude(fabric_state="")
+    # Only the nodes with a card that could be in a domain or trying to join one are read: on a fleet
+    # of HGX boxes nearly every card is settled alone (nvlink_rules.SETTLED_ALONE), and reading them
+    # all was the whole of the report's time. A node read is read whole, and the rules decide as before.
+    state, status, uuid = nvlink_rules.SETTLED_ALONE
+    settled = Q(domain_id__isnull=True, fabric_state=state, fabric_status=status, cluster_uuid=uuid)
+    candidates = with_fabric.exclude(settled).values("node_id")
     cards: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.filter(parent_index__isnull=True).exclude(fabric_state="").values(*CARD_FIELDS):
+    for g in with_fabric.filter(node_id__in=candidates).values(*CARD_FIELDS):
         cards[g["node_id"]].append(g)
     members: dict[int | None, list[int]] = defaultdict(list)
     for node_id, node_cards in cards.items():
         home = _home(node_cards, by_key)
         if home is not None or any(_trying(c) for c in node_cards):
             members[home].append(node_id)
-    nodes = {n.pk: n for n in Node.objects.filter(pk__in=[i for ids in members.values() for i in ids])}
+    member_ids = [i for ids in members.values() for i in ids]
+    nodes = {n.pk: n for n in Node.objects.filter(pk__in=member_ids).only(*NODE_FIELDS)}
     out = [
         _domain_view(d, [_node_view(nodes[i], cards[i], d.pk) for i in members.get(pk, [])])
         for pk, d in sorted(domains.items(), key=lambda kv: kv[1].name or kv[1].key)

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
+from inventory import nvlink_rules as R
 from inventory.models import GPU, Node, SubnetManagerChange
 from inventory.writes.ingest import ingest_report
 from tests.api.fleet import ingest, ingest_fleet
@@ -153,3 +154,31 @@ def test_a_scanned_fabric_is_drawn_with_the_clusters_adapters_on_it(operator, re
     answer = operator.post(f"/api/v1/fabrics/{north['id']}/scan")
     assert answer.status_code == 202 and answer.json()["fabric"] == north["key"]
     assert operator.post("/api/v1/fabrics/sm-0xdead/scan").status_code == 404
+
+
+def test_a_tray_with_one_card_settled_alone_is_still_listed_whole(operator, rack):
+    """The report skips nodes whose cards are all settled alone (nvlink_rules.SETTLED_ALONE), not such cards."""
+    state, status, uuid = R.SETTLED_ALONE
+    GPU.objects.filter(node__name="nvl72-00-tray-06", index=1).update(
+        fabric_state=state, fabric_status=status, cluster_uuid=uuid, clique_id=0, domain=None
+    )
+    [domain] = operator.get("/api/v1/nvlink").json()["domains"]
+    tray = next(n for n in domain["nodes"] if n["node"] == "nvl72-00-tray-06")
+    assert [c["index"] for c in tray["cards"]] == [0, 1, 2, 3]
+    assert not tray["in_domain"] and tray["out"] == ["gpu 1 joined no domain"]
+    assert (domain["gpus_total"], domain["gpus_joined"]) == (72, 71)
+
+
+def test_more_racks_and_boxes_take_no_more_queries(operator, rack, django_assert_max_num_queries):
+    """The NVLink report reads in a fixed number of queries, however many racks and HGX boxes there are."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    operator.get("/api/v1/nvlink")  # the token's first use of the minute writes last_used_at
+    with CaptureQueriesContext(connection) as seen:
+        small = operator.get("/api/v1/nvlink").json()
+    ingest_fleet("gb200-nvl72:2,h100-hgx:6@south", prefix="more-")
+    with django_assert_max_num_queries(len(seen)):
+        bigger = operator.get("/api/v1/nvlink").json()
+    assert (len(small["domains"]), len(bigger["domains"])) == (1, 3)
+    assert len(seen) <= 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -212,3 +213,47 @@ def test_logs_serve_what_the_agent_sent_per_shard(operator, fleet):
     missing = operator.get("/api/v1/nodes/hgx-000/logs?shard=zz")
     assert missing.status_code == 404 and "no shard 'zz'" in missing.json()["error"]
     assert operator.get("/api/v1/nodes/nope/logs").status_code == 404
+
+
+def test_the_list_is_streamed_under_asgi_a_page_at_a_time_with_the_same_answer(operator, fleet, monkeypatch):
+    """Under ASGI (every server llmgw runs) the listing goes out page by page; joined, it is the answer WSGI gives."""
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth import get_user_model
+    from django.test import AsyncClient
+
+    from core.models import ApiToken
+    from inventory.reads import nodes as reads
+
+    ingest_fleet("h100-hgx:3@south", prefix="more-")
+    whole = operator.get("/api/v1/nodes").json()
+    monkeypatch.setattr(reads, "NODE_PAGE", 2)
+    _, secret = ApiToken.issue(get_user_model().objects.create_user("asgi"), "asgi")
+
+    async def listing() -> tuple[bool, list[bytes]]:
+        answer = await AsyncClient().get("/api/v1/nodes", headers={"Authorization": f"Bearer {secret}"})
+        return answer.streaming, [chunk async for chunk in answer.streaming_content]
+
+    streaming, chunks = async_to_sync(listing)()
+    assert streaming and len(chunks) == 2 + 4, "the brackets, then one chunk for each page of two of the 7 nodes"
+    assert json.loads(b"".join(chunks)) == whole
+    assert [n["id"] for n in whole] == sorted(n["id"] for n in whole) and len(whole) == 7
+
+
+def test_each_page_of_the_list_takes_the_same_queries(operator, fleet, django_assert_num_queries):
+    """Paged, the listing reads the same few queries a page (its nodes, cards, problems, ports), whatever the page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from placement.reads import node_pages
+
+    ingest_fleet("h100-hgx:4@south", prefix="more-")
+    counts = []
+    with CaptureQueriesContext(connection) as seen:
+        pages = node_pages(wiring=True, size=3)
+        for page in pages:
+            counts.append((len(page), len(seen)))
+    sizes, totals = zip(*counts, strict=True)
+    assert sizes == (3, 3, 2)
+    assert totals[2] - totals[1] == totals[1] - totals[0] == 4
+    with django_assert_num_queries(totals[0]):  # the first page only: the rest are read when asked for
+        next(node_pages(wiring=True, size=3))

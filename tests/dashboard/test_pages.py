@@ -363,3 +363,36 @@ def test_the_model_page_shows_prefetch_progress_live(operator, fleet):
     assert '<progress max="100" value="25"></progress> 25 % of' in fragment
     assert 'data-state="failed"' in fragment and "no space left on device" in fragment
     assert "Weights prefetched" in operator.get("/admin/models/llama-8b/").content.decode()
+
+
+def test_the_node_table_is_paged_by_name_and_its_live_part_keeps_the_page(operator, db, monkeypatch):
+    from dashboard.views import nodes as view
+
+    monkeypatch.setattr(view, "PAGE", 3)
+    ingest_fleet("h100-hgx:7")
+    first = operator.get("/admin/nodes/").content.decode()
+    assert re.findall(r'<tr data-node="([^"]+)"', first) == ["hgx-000", "hgx-001", "hgx-002"]
+    assert 'href="/admin/nodes/?after=hgx-002"' in first and "first page" not in first
+    second = operator.get("/admin/nodes/?after=hgx-002").content.decode()
+    assert re.findall(r'<tr data-node="([^"]+)"', second) == ["hgx-003", "hgx-004", "hgx-005"]
+    assert 'data-live-fragment="/admin/nodes/live?after=hgx-002"' in second and "first page" in second
+    live = operator.get("/admin/nodes/live?after=hgx-005").content.decode()
+    assert re.findall(r'<tr data-node="([^"]+)"', live) == ["hgx-006"] and "data-next-after" not in live
+    assert "No node after hgx-zzz" in operator.get("/admin/nodes/?after=hgx-zzz").content.decode()
+    assert operator.get("/admin/nodes/?after=a%00b").status_code == 400
+
+
+def test_a_page_of_the_node_table_reads_the_same_queries_wherever_it_starts(
+    operator, db, monkeypatch, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard.views import nodes as view
+
+    monkeypatch.setattr(view, "PAGE", 3)
+    ingest_fleet("h100-hgx:9")
+    with CaptureQueriesContext(connection) as first:
+        operator.get("/admin/nodes/live")
+    with django_assert_max_num_queries(len(first.captured_queries)):
+        operator.get("/admin/nodes/live?after=hgx-005")

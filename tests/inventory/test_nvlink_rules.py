@@ -228,3 +228,11 @@ def test_case_and_padding_no_longer_keep_a_card_out_of_its_domain():
         old_ingest_joined({"state": " completed ", "status": "SUCCESS", "cluster_uuid": uuid, "clique_id": 2}) is None
     )
     assert old_metrics_claimed(uuid, 2) != f"{uuid.lower()}/2"
+
+
+@given(st.integers(min_value=0, max_value=2**31 - 1))
+def test_a_card_settled_alone_claims_no_domain_and_is_not_trying(clique):
+    """What lets the NVLink report leave out a node whose cards are all SETTLED_ALONE before reading them."""
+    state, status, uuid = R.SETTLED_ALONE
+    assert R.claimed_key(uuid, clique) is None
+    assert R.has_fabric(state) and not R.trying(state, status)
