@@ -22,9 +22,9 @@ from inventory.models import Node
 
 def model_rows(name: str | None = None) -> QuerySet[CatalogModel]:
     """Every model (or the one called ``name``) by name, with what :func:`model_view` reads fetched alongside."""
-    models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target", "prefetches").order_by(
-        "name"
-    )
+    models = CatalogModel.objects.prefetch_related(
+        "aliases", "adapters", "profiles", "fallbacks__target", "prefetches"
+    ).order_by("name")
     if name is not None:
         models = models.filter(name=name)
     return models
@@ -49,6 +49,7 @@ def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> di
         "total_replicas": counts.get("total", 0),
         "aliases": [a.name for a in m.aliases.all()],
         "fallbacks": [f.target.name for f in sorted(m.fallbacks.all(), key=lambda f: f.position)],
+        "adapters": [{"name": a.name, "source": a.source} for a in m.adapters.all()],
         # The seeds' type: the profiles' names, which scripts join and print. The
         # full definitions sit beside them under a name of their own.
         "profiles": [p.name for p in m.profiles.all()],

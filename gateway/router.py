@@ -56,6 +56,23 @@ def choose(
     return (rng or random).choice(tied)
 
 
+def choose_preferring(
+    replicas: Sequence[str],
+    preferred: Collection[str],
+    in_flight: Mapping[str, int],
+    prefix: str | None,
+    *,
+    load_factor: float = 1.25,
+    exclude: Collection[str] = (),
+    rng: random.Random | None = None,
+) -> str | None:
+    """:func:`choose` among the ``preferred`` replicas first (those holding a LoRA adapter), the rest once
+    every preferred one is excluded; None when all are."""
+    kwargs = {"load_factor": load_factor, "exclude": exclude, "rng": rng}
+    first = choose([r for r in replicas if r in preferred], in_flight, prefix, **kwargs)
+    return first if first is not None else choose(replicas, in_flight, prefix, **kwargs)
+
+
 def prompt_prefix(body: Mapping, chars: int) -> str | None:
     """The leading ``chars`` characters of a request's prompt; None when it has none.
 

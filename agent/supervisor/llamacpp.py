@@ -8,13 +8,20 @@ Its settings are also read from the environment, and there ``HOST`` and
 ``PORT`` beat the flags and ``CONFIG_FILE`` replaces them all; so the
 environment names the address too, drops ``CONFIG_FILE``, and carries the
 replica's key as ``API_KEY`` (out of ``ps``; every route but ``/docs``
-then wants it). The server prints no request bodies, verbose or not
+then wants it).
+
+LoRA adapters are not given to it: llama-cpp-python's server applies its one
+``--lora_path`` to every request, so a replica started with an adapter could
+no longer answer for its base model. A llama.cpp replica serves its base
+only, and the gateway sends an adapter's requests to the base's vLLM and
+SGLang replicas, which report the adapter loaded. The server prints no request bodies, verbose or not
 (llama-cpp-python 0.3.36: model metadata, timings and cache hits only).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from agent.supervisor.spec import ShardSpec
@@ -36,7 +43,10 @@ def gguf_file(weights: str) -> str:
     return str(path)
 
 
-def command(spec: ShardSpec, weights: str, port: int, host: str) -> list[str]:
+def command(
+    spec: ShardSpec, weights: str, port: int, host: str, adapters: Mapping[str, str] | None = None
+) -> list[str]:
+    """``adapters`` are accepted as every engine's are, and left out (see the module's docstring)."""
     # The profile's arguments come first, so where one repeats a flag ours win.
     head = [sys.executable, "-m", "llama_cpp.server", *spec.engine_args]
     return [*head, "--model", gguf_file(weights), "--model_alias", spec.model, "--host", host, "--port", str(port)]

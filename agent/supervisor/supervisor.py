@@ -8,7 +8,12 @@ A shard's life, each step reported in the heartbeat's shard status:
    ShardSpec checks first); it listens on the node's advertised address
    only, never 0.0.0.0, and wants the replica's key on every request; it is
    probed there (GET /v1/models or /health, with the key) until it answers.
-3. ``ready``: answering, at ``http://<advertised host>:<port>``.
+   The model's LoRA adapters are fetched the same way, for engines that
+   serve them (vLLM and SGLang), up to the replica's room for them.
+3. ``ready``: answering, at ``http://<advertised host>:<port>``, with the
+   adapters it has loaded (``adapters``). An adapter the catalog adds later
+   is fetched and loaded into a running vLLM while it has room (its
+   ``/v1/load_lora_adapter``); one the catalog drops is unloaded.
 4. ``failed``: the fetch failed, the engine exited, or it never answered
    within the start timeout; the error comes with the log's last lines. A
    failed shard is not restarted here: the control plane decides what next.
@@ -86,11 +91,18 @@ class ShardRun:
     task: asyncio.Task | None = None
     stopper: asyncio.Task | None = None
     history: list[str] = field(default_factory=list)
+    adapters: dict[str, str] = field(default_factory=dict)
+    """The LoRA adapters the engine has loaded, name to local path."""
+    lora: bool = False
+    """The engine serves adapters, so the status says which it has (an empty list too)."""
+    loader: asyncio.Task | None = None
 
     def status(self) -> dict:
         out: dict = {"id": self.spec.id, "replica": self.spec.replica, "rank": self.spec.rank, "state": self.state}
         if self.endpoint:
             out["endpoint"] = self.endpoint
+        if self.lora and self.state == "ready":
+            out["adapters"] = sorted(self.adapters)
         if self.error:
             out["error"] = self.error
         tail = log_tail(self.log_path, secret=self.spec.api_key)
@@ -145,6 +157,10 @@ class Supervisor:
                 run = ShardRun(spec)
                 self.runs[shard_id] = run
                 run.task = asyncio.create_task(self._run(run), name=f"shard:{shard_id}")
+            elif self.runs[shard_id].spec.adapters != spec.adapters and self.runs[shard_id].stopper is None:
+                run = self.runs[shard_id]
+                run.spec = spec
+                self._load_adapters_soon(run)
 
     def _refuse(self, why: str) -> None:
         """Logged once: the control plane sends the same assignment with every heartbeat answer."""
@@ -165,6 +181,9 @@ class Supervisor:
             if run.weights is not None:
                 used.append(run.weights)
             used += source_paths(run.spec.source, self.model_dirs, self.work_dir / "weights")
+            used += [Path(p) for p in tuple(run.adapters.values())]
+            for _, source in run.spec.adapters:
+                used += source_paths(source, self.model_dirs, self.work_dir / "weights")
         return used
 
     async def close(self) -> None:
@@ -189,12 +208,18 @@ class Supervisor:
         if module is None:
             self._fail(run, f"engine {spec.engine!r} is not one this agent can run")
             return
+        run.lora = getattr(module, "LORA", False)
         try:
             run.progress = Progress(source=spec.source)
-            weights = await fetch(spec.source, download_dir(self.model_dirs, self.work_dir / "weights"), run.progress)
+            weights = await fetch(spec.source, self._downloads(), run.progress)
             run.weights = Path(weights)
+            if run.lora:
+                for name, source in spec.adapters[: module.lora_slots(spec)]:
+                    run.progress = Progress(source=source)
+                    run.adapters[name] = str(await fetch(source, self._downloads(), run.progress))
             run.port = free_port()
-            cmd = module.command(spec, str(weights), run.port, self.advertise_host)
+            lora = {"adapters": dict(run.adapters)} if run.lora else {}
+            cmd = module.command(spec, str(weights), run.port, self.advertise_host, **lora)
         except (FetchError, NoGguf) as exc:
             self._fail(run, str(exc))
             return
@@ -208,8 +233,55 @@ class Supervisor:
             run.endpoint = f"http://{self.advertise_host}:{run.port}"
         run.state = "ready"
         log.info("shard %s ready at %s", spec.id, run.endpoint or "(no API on this rank)")
+        if run.lora and {n for n, _ in run.spec.adapters} != set(run.adapters):
+            self._load_adapters_soon(run)  # the catalog's adapters changed while it started
         code = await run.proc.wait()
         self._fail(run, f"the engine exited with status {code}")
+
+    def _downloads(self) -> Path:
+        return download_dir(self.model_dirs, self.work_dir / "weights")
+
+    def _load_adapters_soon(self, run: ShardRun) -> None:
+        """Bring a ready engine's adapters in step with its spec, once at a time (the next beat may ask again)."""
+        module = engine(run.spec.engine)
+        if run.state != "ready" or not getattr(module, "RUNTIME_LORA", False) or run.endpoint is None:
+            return
+        if run.loader is None or run.loader.done():
+            run.loader = asyncio.create_task(self._load_adapters(run, module), name=f"adapters:{run.spec.id}")
+
+    async def _load_adapters(self, run: ShardRun, module) -> None:
+        """Unload what the catalog dropped, then fetch and load what it added while the engine has room.
+
+        vLLM's runtime adapter API (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; the engine runs
+        with VLLM_ALLOW_RUNTIME_LORA_UPDATING). An adapter that fails to fetch or load is logged and tried
+        again when the catalog next changes or the replica restarts; the others still load.
+        """
+        wanted = dict(run.spec.adapters)
+        headers = {"Authorization": f"Bearer {run.spec.api_key}"} if run.spec.api_key else {}
+        async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+            for name in [n for n in run.adapters if n not in wanted]:
+                try:
+                    answer = await client.post(f"{run.endpoint}/v1/unload_lora_adapter", json={"lora_name": name})
+                except httpx.HTTPError as exc:
+                    log.warning("shard %s: unloading adapter %s failed: %s", run.spec.id, name, exc)
+                    continue
+                if answer.status_code == 200:
+                    run.adapters.pop(name, None)
+            for name, source in wanted.items():
+                if name in run.adapters or len(run.adapters) >= module.lora_slots(run.spec):
+                    continue
+                try:
+                    path = str(await fetch(source, self._downloads(), Progress(source=source)))
+                    answer = await client.post(
+                        f"{run.endpoint}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
+                    )
+                except (FetchError, httpx.HTTPError) as exc:
+                    log.warning("shard %s: adapter %s not loaded: %s", run.spec.id, name, exc)
+                    continue
+                if answer.status_code == 200:
+                    run.adapters[name] = path
+                else:
+                    log.warning("shard %s: adapter %s not loaded: %s", run.spec.id, name, answer.text[:200])
 
     async def _start(self, run: ShardRun, cmd: list[str], engine_env: dict[str, str | None]) -> bool:
         logs = self.work_dir / "logs"
@@ -253,6 +325,8 @@ class Supervisor:
 
     async def _stop(self, run: ShardRun) -> None:
         run.state = "stopping"
+        if run.loader is not None:
+            run.loader.cancel()
         if run.task is not None and not run.task.done() and (run.proc is None or run.proc.returncode is not None):
             run.task.cancel()  # still fetching: nothing to signal
         await self._terminate(run)
