@@ -133,6 +133,7 @@ class Hostile:
                     "state": "ready",
                     "endpoint": endpoint,
                     "fetch": {"source": "hf://meta-llama/Llama-3.1-8B-Instruct", "bytes_done": 16 * 10**9},
+                    "adapters": ["hostile-chat-sql"],
                 },
                 {"id": f"{rab}-1", "replica": rab, "rank": 1, "state": "ready", "log_tail": ["INFO: rank 1 up"]},
             ]
