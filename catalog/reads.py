@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from django.db.models import QuerySet
 
 from catalog.definitions import ProfileSpec, profile_definition
-from catalog.models import CapacityMeasurement, CatalogModel, WeightPrefetch
+from catalog.models import Adapter, CapacityMeasurement, CatalogModel, WeightPrefetch
 from inventory.models import Node
 
 
@@ -151,12 +151,13 @@ def source_refers_to(source: str, weight: dict) -> bool:
 
 
 def orphan_weights() -> list[dict[str, Any]]:
-    """Weights on nodes' disks that no catalog model's source refers to.
+    """Weights on nodes' disks that no catalog model's or LoRA adapter's source refers to.
 
     Nodes that did not look for weights (``weights`` NULL) are left out: they
     hold nothing known, which is not the same as holding orphans.
     """
     sources = [s for s in CatalogModel.objects.values_list("source", flat=True) if s]
+    sources += list(Adapter.objects.values_list("source", flat=True))
     prefetched = prefetched_paths()
     out = []
     for node, weights in Node.objects.exclude(weights__isnull=True).order_by("name").values_list("name", "weights"):

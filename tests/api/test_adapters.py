@@ -9,6 +9,8 @@ from django.contrib.auth import get_user_model
 
 from catalog.models import Adapter, CatalogModel
 from core.models import ApiToken
+from inventory.models import Node
+from tests.api.fleet import ingest_fleet
 from tests.ctl.transport import DjangoTransport, run
 
 pytestmark = pytest.mark.django_db
@@ -62,3 +64,12 @@ def test_ctl_adds_a_model_with_adapters_from_yaml_and_lists_them(db, monkeypatch
     assert code == 0, out
     code, out, _ = run(["models"], transport)
     assert code == 0 and "llama-8b adapters: llama-sql" in " ".join(out.split())
+
+
+def test_an_adapters_weights_on_a_node_are_no_orphans(operator):
+    ingest_fleet("h100-hgx:1@north")
+    lora = {"path": "/models/hub/models--acme--llama-sql-lora/snapshots/1", "name": "acme/llama-sql-lora"}
+    Node.objects.filter(name="hgx-000").update(weights=[lora])
+    assert [o["path"] for o in operator.get("/api/v1/weights/orphans").json()["orphans"]] == [lora["path"]]
+    assert operator.post("/api/v1/models", definition(adapters=[SQL]), format="json").status_code == 201
+    assert operator.get("/api/v1/weights/orphans").json()["orphans"] == []
