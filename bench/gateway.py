@@ -19,7 +19,10 @@ In one go, on this machine:
    key as ``x-api-key``) and through LiteLLM's own ``/v1/messages``, both
    translating for the same fake engine, which speaks chat completions only
    (llmgw's replica has no engine that serves Messages natively, and
-   LiteLLM's model is an ``openai/`` one); printed against LiteLLM and
+   LiteLLM's model is an ``openai/`` one, which LiteLLM would send to the
+   Responses API unless told to use chat completions, as it is here with
+   ``LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES``; the fake
+   engine has no ``/v1/responses``); printed against LiteLLM and
    against the direct chat path, in the same run (``--no-messages`` leaves
    it out);
 5. with ``--tracing``, what traces cost: ``llmgw-traced`` is the same server
@@ -464,6 +467,8 @@ def start_litellm(exe: Path, engine_url: str, port: int, work: Path, master_key:
     # A master key, as LiteLLM insists: without a database it is the only key,
     # compared on every request, which is LiteLLM's cheapest authentication.
     env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": master_key}
+    # Its /v1/messages translated to chat completions, as llmgw's is for this engine (see 4b.).
+    env["LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES"] = "true"
     proc = subprocess.Popen(
         [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
         cwd=work,
