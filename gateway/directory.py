@@ -56,6 +56,12 @@ class ReplicaEntry:
     """The LoRA adapters its engine has loaded, as its agent last reported."""
     engine: str = ""
 
+    @property
+    def switch_reloads(self) -> bool:
+        """Serving another model name than the last costs a reload of the model: llama-cpp-python's server
+        holds one at a time, each adapter a name of its own (agent.supervisor.llamacpp)."""
+        return self.engine == "llamacpp"
+
     def upstream_name(self, model: ModelEntry) -> str:
         """What this engine calls ``model``: the catalog's name, and an adapter's own name to vLLM (its
         ``--lora-modules`` name) but ``<base>:<adapter>`` to SGLang, which serves its adapters so."""

@@ -388,12 +388,21 @@ class Gateway:
             return False
         await self._hold(ticket, model)
         # An adapter's request names the adapter upstream (the name its engine serves it under), and goes
-        # first to its base's replicas that report it loaded; the others only when every one of those failed.
+        # first to its base's replicas that report it loaded, llama.cpp's last of those (each switch there
+        # reloads the model); the others only when every one of those failed.
         payloads: dict[str, bytes] = {}
-        preferred = {r.id for r in replicas.values() if model.name in r.adapters} if model.base else set(replicas)
+        holding = [r for r in replicas.values() if model.name in r.adapters] if model.base else list(replicas.values())
+        preferred = {r.id for r in holding if not (model.base and r.switch_reloads)}
+        reloading = {r.id for r in holding} - preferred
         while True:
             replica_id = router.choose_preferring(
-                list(replicas), preferred, self.in_flight, prefix, load_factor=self.conf.load_factor, exclude=tried
+                list(replicas),
+                preferred,
+                self.in_flight,
+                prefix,
+                load_factor=self.conf.load_factor,
+                exclude=tried,
+                then=reloading,
             )
             if replica_id is None:
                 return False

@@ -65,12 +65,17 @@ def choose_preferring(
     load_factor: float = 1.25,
     exclude: Collection[str] = (),
     rng: random.Random | None = None,
+    then: Collection[str] = (),
 ) -> str | None:
-    """:func:`choose` among the ``preferred`` replicas first (those holding a LoRA adapter), the rest once
-    every preferred one is excluded; None when all are."""
+    """:func:`choose` among the ``preferred`` replicas first (those holding a LoRA adapter), then among
+    ``then`` (those holding it at a cost: llama.cpp's, which reload the model to switch to it), the rest
+    once every one of those is excluded; None when all are."""
     kwargs = {"load_factor": load_factor, "exclude": exclude, "rng": rng}
-    first = choose([r for r in replicas if r in preferred], in_flight, prefix, **kwargs)
-    return first if first is not None else choose(replicas, in_flight, prefix, **kwargs)
+    for tier in (preferred, then):
+        chosen = choose([r for r in replicas if r in tier], in_flight, prefix, **kwargs)
+        if chosen is not None:
+            return chosen
+    return choose(replicas, in_flight, prefix, **kwargs)
 
 
 def prompt_prefix(body: Mapping, chars: int) -> str | None:

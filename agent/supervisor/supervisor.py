@@ -9,7 +9,9 @@ A shard's life, each step reported in the heartbeat's shard status:
    only, never 0.0.0.0, and wants the replica's key on every request; it is
    probed there (GET /v1/models or /health, with the key) until it answers.
    The model's LoRA adapters are fetched the same way, for engines that
-   serve them (vLLM and SGLang), up to the replica's room for them.
+   serve them (vLLM, SGLang, llama.cpp), up to the replica's room for them;
+   an engine's own files (llama.cpp's config) go in ``shards/<id>/``,
+   removed when the shard stops.
 3. ``ready``: answering, at ``http://<advertised host>:<port>``, with the
    adapters it has loaded (``adapters``). An adapter the catalog adds later
    is fetched and loaded into a running vLLM while it has room (its
@@ -32,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 from collections.abc import Sequence
@@ -43,7 +46,7 @@ import httpx
 
 from agent.supervisor.engines import engine
 from agent.supervisor.fetch import FetchError, Progress, download_dir, fetch
-from agent.supervisor.llamacpp import NoGguf
+from agent.supervisor.llamacpp import CannotStart
 from agent.supervisor.spec import BadSpec, ShardSpec
 
 log = logging.getLogger("llmgw.agent.supervisor")
@@ -216,11 +219,18 @@ class Supervisor:
             if run.lora:
                 for name, source in spec.adapters[: module.lora_slots(spec)]:
                     run.progress = Progress(source=source)
-                    run.adapters[name] = str(await fetch(source, self._downloads(), run.progress))
+                    path = str(await fetch(source, self._downloads(), run.progress))
+                    try:
+                        run.adapters[name] = getattr(module, "lora_file", str)(path)
+                    except CannotStart as exc:  # not one this engine loads: the replica serves the others
+                        log.warning("shard %s: adapter %s left out: %s", spec.id, name, exc)
             run.port = free_port()
-            lora = {"adapters": dict(run.adapters)} if run.lora else {}
-            cmd = module.command(spec, str(weights), run.port, self.advertise_host, **lora)
-        except (FetchError, NoGguf) as exc:
+            extra: dict = {"adapters": dict(run.adapters)} if run.lora else {}
+            if getattr(module, "RUN_DIR", False):
+                extra["run_dir"] = self._run_dir(run)
+            # In a thread: llama.cpp's reads the profile with its server's parser, whose import takes a while.
+            cmd = await asyncio.to_thread(module.command, spec, str(weights), run.port, self.advertise_host, **extra)
+        except (FetchError, CannotStart) as exc:
             self._fail(run, str(exc))
             return
         run.state = "starting"
@@ -237,6 +247,10 @@ class Supervisor:
             self._load_adapters_soon(run)  # the catalog's adapters changed while it started
         code = await run.proc.wait()
         self._fail(run, f"the engine exited with status {code}")
+
+    def _run_dir(self, run: ShardRun) -> Path:
+        """The shard's own directory, for files its engine reads (the id is safe as a name: ShardSpec checks)."""
+        return self.work_dir / "shards" / run.spec.id
 
     def _downloads(self) -> Path:
         return download_dir(self.model_dirs, self.work_dir / "weights")
@@ -333,6 +347,7 @@ class Supervisor:
         if run.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await run.task
+        shutil.rmtree(self._run_dir(run), ignore_errors=True)
         self.runs.pop(run.spec.id, None)
 
     async def _terminate(self, run: ShardRun) -> None:

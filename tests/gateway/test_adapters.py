@@ -153,3 +153,36 @@ def test_sglang_is_asked_for_an_adapter_as_base_colon_adapter(engines):
 
     assert asyncio.run(scenario()).status == 200
     assert engine.engine.stats.bodies[-1]["model"] == "llama:llama-sql"
+
+
+def test_a_llamacpp_replica_with_the_adapter_serves_it_only_once_no_vllm_replica_with_it_is_left(engines):
+    """llama.cpp reloads the model at each switch of name: its replicas come after vLLM's holding the adapter."""
+    base = model("llama")
+    Adapter.objects.create(model=base, name="llama-sql", source="hf://acme/llama-sql-lora")
+    vllm_engine = engines(name="llama", lora=True, adapters={"llama-sql": "/adapters/sql"})
+    llama_engine = engines(name="llama", lora=True, adapters={"llama-sql": "/adapters/sql.gguf"})
+    bare = engines(name="llama", lora=True)
+    on_vllm = replica(base, vllm_engine.url, engine="vllm")
+    on_llamacpp = replica(base, llama_engine.url, engine="llamacpp")
+    replica(base, bare.url, engine="vllm")
+    for r in (on_vllm, on_llamacpp):
+        r.adapters = ["llama-sql"]
+        r.save(update_fields=["adapters"])
+    secret = keys.issue(team="search", org="acme").secret
+    app = new_app()
+
+    async def scenario(n: int):
+        body = {**CHAT, "model": "llama-sql"}
+        answers = [await call(app, "/v1/chat/completions", body, key=secret) for _ in range(n)]
+        await settle(app)
+        return answers
+
+    first = asyncio.run(scenario(4))
+    assert [a.status for a in first] == [200] * 4 and {a.headers["x-llmgw-replica"] for a in first} == {on_vllm.id}
+    on_vllm.state = "failed"
+    on_vllm.save(update_fields=["state"])
+    app = new_app()
+    then = asyncio.run(scenario(4))
+    assert [a.status for a in then] == [200] * 4 and {a.headers["x-llmgw-replica"] for a in then} == {on_llamacpp.id}
+    assert [b["model"] for b in llama_engine.engine.stats.bodies] == ["llama-sql"] * 4, "named as its alias"
+    assert not bare.engine.stats.bodies
