@@ -15,6 +15,16 @@ In one go, on this machine:
 4. through LiteLLM's proxy, installed in its own virtual environment under
    ``--litellm-venv`` (made when missing; if that fails the reason is printed
    and the rest goes on), pointed at the same engine;
+4b. Anthropic's ``/v1/messages``, plain and streamed, through llmgw (the
+   key as ``x-api-key``) and through LiteLLM's own ``/v1/messages``, both
+   translating for the same fake engine, which speaks chat completions only
+   (llmgw's replica has no engine that serves Messages natively, and
+   LiteLLM's model is an ``openai/`` one, which LiteLLM would send to the
+   Responses API unless told to use chat completions, as it is here with
+   ``LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES``; the fake
+   engine has no ``/v1/responses``); printed against LiteLLM and
+   against the direct chat path, in the same run (``--no-messages`` leaves
+   it out);
 5. with ``--tracing``, what traces cost: ``llmgw-traced`` is the same server
    with OTEL_EXPORTER_OTLP_ENDPOINT at a collector that discards
    (bench/otlp_sink.py), every request traced; ``llmgw-untraced`` the
@@ -143,6 +153,8 @@ class Target:
     port: int
     path: str
     headers: dict[str, str] = field(default_factory=dict)
+    protocol: str = "chat"
+    """``chat`` (OpenAI's chat completions) or ``messages`` (Anthropic's Messages): the body it is sent."""
 
 
 @dataclass
@@ -159,8 +171,14 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def body(stream: bool, i: int) -> bytes:
+def body(stream: bool, i: int, protocol: str = "chat") -> bytes:
     # Each request its own prompt, as clients send, so no path can cache an answer.
+    if protocol == "messages":
+        # The same request in Anthropic's shape: the system prompt beside the turns, max_tokens required.
+        turns = [{"role": "user", "content": f"question {i}"}]
+        return json.dumps(
+            {"model": MODEL, "system": "You are terse.", "messages": turns, "stream": stream, "max_tokens": 16}
+        ).encode()
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": f"question {i}"}]
     return json.dumps({"model": MODEL, "messages": messages, "stream": stream, "max_tokens": 16}).encode()
 
@@ -170,7 +188,7 @@ async def measure(target: Target, stream: bool, seconds: float, concurrency: int
     conn = Conn("127.0.0.1", target.port)
     latencies, firsts = [], []
     for i in range(serial + 20):
-        status, first, total = await conn.post(target.path, body(stream, i), target.headers)
+        status, first, total = await conn.post(target.path, body(stream, i, target.protocol), target.headers)
         if i >= 20:  # the first ones warm the path up
             latencies.append(total)
             firsts.append(first)
@@ -188,7 +206,7 @@ async def measure(target: Target, stream: bool, seconds: float, concurrency: int
         c = Conn("127.0.0.1", target.port)
         i = 0
         while time.perf_counter() < deadline:
-            status, _, _ = await c.post(target.path, body(stream, w * 1_000_000 + i), target.headers)
+            status, _, _ = await c.post(target.path, body(stream, w * 1_000_000 + i, target.protocol), target.headers)
             i += 1
             done += 1
             result.errors += status != 200
@@ -449,6 +467,8 @@ def start_litellm(exe: Path, engine_url: str, port: int, work: Path, master_key:
     # A master key, as LiteLLM insists: without a database it is the only key,
     # compared on every request, which is LiteLLM's cheapest authentication.
     env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": master_key}
+    # Its /v1/messages translated to chat completions, as llmgw's is for this engine (see 4b.).
+    env["LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES"] = "true"
     proc = subprocess.Popen(
         [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
         cwd=work,
@@ -472,12 +492,14 @@ def ratio(a: float, b: float | None) -> str:
     return f"{a / b:5.2f}×" if b else "    -"
 
 
-def report(results: dict[str, dict[bool, Result]]) -> None:
-    direct = results["direct"]
+def report(results: dict[str, dict[bool, Result]], direct: dict[bool, Result] | None = None, what: str = "") -> None:
+    """One table per kind; ``direct`` is what ×direct and +p50 compare with (the results' own, else given:
+    Messages are compared with direct chat, the same engine work)."""
+    direct = direct or results["direct"]
     litellm = results.get("litellm")
     for stream in (False, True):
         kind = "streaming" if stream else "plain"
-        print(f"\n{kind} (16 completion tokens{', one event each' if stream else ''})")
+        print(f"\n{what}{kind} (16 completion tokens{', one event each' if stream else ''})")
         print(
             "path        req/s  ×direct ×litellm |  p50 ms  p99 ms | +p50 ms +p99 ms | ttfb p50 ms  ×direct ×litellm"
             " | errors"
@@ -493,6 +515,19 @@ def report(results: dict[str, dict[bool, Result]]) -> None:
             )
 
 
+def measure_all(targets: list[Target], args, what: str = "") -> dict[str, dict[bool, Result]]:
+    """Each target plain and streamed, one after the other, by name."""
+    results: dict[str, dict[bool, Result]] = {}
+    for target in targets:
+        results[target.name] = {}
+        for stream in (False, True):
+            results[target.name][stream] = asyncio.run(
+                measure(target, stream, args.seconds, args.concurrency, args.serial)
+            )
+            print(f"  measured {target.name} {what}{'streaming' if stream else 'plain'}", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="load per path and kind")
@@ -502,6 +537,7 @@ def main() -> int:
         "--litellm-venv", type=Path, default=Path(tempfile.gettempdir()) / "llmgw-bench" / "litellm-venv"
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--no-messages", action="store_true", help="leave out /v1/messages (4b.)")
     parser.add_argument("--workers", type=int, default=1, help="LLMGW_GATEWAY_WORKERS for llmgw's path")
     parser.add_argument("--no-alternatives", action="store_true", help="leave out llmgw's app under daphne")
     parser.add_argument(
@@ -533,28 +569,29 @@ def main() -> int:
 
         traces = tracing_targets(args, env, key, work, procs) if args.tracing else []
 
+        messages = (
+            [] if args.no_messages else [Target("llmgw", gateway_port, "/v1/messages", {"x-api-key": key}, "messages")]
+        )
         exe = None if args.no_litellm else litellm_bin(args.litellm_venv)
         if exe is not None:
             litellm_port = free_port()
             master = "sk-bench-" + os.urandom(12).hex()
             try:
                 procs.append(start_litellm(exe, engine_url, litellm_port, work, master))
-                targets.append(
-                    Target("litellm", litellm_port, "/v1/chat/completions", {"authorization": f"Bearer {master}"})
-                )
+                bearer = {"authorization": f"Bearer {master}"}
+                targets.append(Target("litellm", litellm_port, "/v1/chat/completions", bearer))
+                if not args.no_messages:
+                    messages.append(Target("litellm", litellm_port, "/v1/messages", bearer, "messages"))
             except RuntimeError as exc:
                 print(f"LiteLLM's proxy did not start, so it is left out: {str(exc)[-800:]}")
         print(f"cores: {os.cpu_count()}; every process shares them (engine, llmgw, LiteLLM, PostgreSQL, this client)")
         print(f"load: {args.concurrency} connections for {args.seconds:g}s; latency: {args.serial} requests one by one")
-        results: dict[str, dict[bool, Result]] = {}
-        for target in targets:
-            results[target.name] = {}
-            for stream in (False, True):
-                results[target.name][stream] = asyncio.run(
-                    measure(target, stream, args.seconds, args.concurrency, args.serial)
-                )
-                print(f"  measured {target.name} {'streaming' if stream else 'plain'}", flush=True)
+        results = measure_all(targets, args)
+        message_results = measure_all(messages, args, "/v1/messages ")
         report(results)
+        if message_results:
+            what = "/v1/messages, translated to chat for the engine; ×direct and + against direct chat: "
+            report(message_results, results["direct"], what)
         if traces:
             report_tracing(measure_tracing(args, [targets[1], *traces]), hooks_off_ns())
         usage = subprocess.run(

@@ -6,7 +6,7 @@ its source of truth, and an edit here would be overwritten at the next read.
 
 from django.contrib import admin
 
-from catalog.models import Alias, CapacityMeasurement, CatalogModel, Fallback, Profile
+from catalog.models import Adapter, Alias, CapacityMeasurement, CatalogModel, Fallback, Profile
 
 
 class FileDeclaredReadOnly:
@@ -50,6 +50,14 @@ class AliasInline(FileDeclaredReadOnly, admin.TabularInline):
     extra = 0
 
 
+class AdapterInline(FileDeclaredReadOnly, admin.TabularInline):
+    """LoRA adapters on the model; each name is checked against every model, alias and adapter (Adapter.clean)."""
+
+    model = Adapter
+    extra = 0
+    fields = ["name", "source"]
+
+
 class FallbackInline(FileDeclaredReadOnly, admin.TabularInline):
     model = Fallback
     fk_name = "model"
@@ -61,8 +69,8 @@ class FallbackInline(FileDeclaredReadOnly, admin.TabularInline):
 class CatalogModelAdmin(FileDeclaredReadOnly, admin.ModelAdmin):
     list_display = ["name", "min_replicas", "max_replicas", "idle_timeout", "declared_in", "updated_at"]
     list_filter = ["declared_in"]
-    search_fields = ["name", "description", "aliases__name", "source"]
-    inlines = [ProfileInline, AliasInline, FallbackInline]
+    search_fields = ["name", "description", "aliases__name", "adapters__name", "source"]
+    inlines = [ProfileInline, AliasInline, AdapterInline, FallbackInline]
     fields = ["name", "description", "source", ("min_replicas", "max_replicas", "idle_timeout"), "declared_in"]
     readonly_fields = ["declared_in"]
 

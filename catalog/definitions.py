@@ -10,6 +10,8 @@ model that never runs.
     source: hf://meta-llama/Llama-3.1-70B-Instruct
     aliases: [llama]
     fallbacks: [llama-8b]
+    adapters:                                        # LoRA adapters, each a model name of its own
+      - {name: llama-70b-sql, source: hf://acme/llama-70b-sql-lora}
     scaling: {min: 1, max: 4, idle_timeout: 30m}     # min 0 = on demand
     profiles:                                        # tried in order
       - {name: nvl, engine: vllm, gpu_class: gb200-185g, gpus: 4, nodes: 2, tp: 8, pp: 1}
@@ -24,7 +26,10 @@ from typing import Any
 
 from catalog import rules
 
-MODEL_FIELDS = {"name", "description", "source", "aliases", "fallbacks", "scaling", "profiles"}
+MODEL_FIELDS = {"name", "description", "source", "aliases", "fallbacks", "adapters", "scaling", "profiles"}
+ADAPTER_FIELDS = {"name", "source"}
+# The column's width (CatalogModel.source, Adapter.source): a longer source is refused with a sentence.
+SOURCE_MAX = 500
 SCALING_FIELDS = {"min", "max", "idle_timeout"}
 # Past a year "idle for this long" means "never", which null says plainly; the bound also keeps
 # 2**63 seconds or a YAML .inf from overflowing the duration column.
@@ -94,6 +99,14 @@ class ProfileSpec:
 
 
 @dataclass(frozen=True)
+class AdapterSpec:
+    """A LoRA adapter on a model: a model name clients may ask for, served by the base model's replicas."""
+
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A checked definition. ``idle_timeout_s`` None means replicas are never scaled down for idleness."""
 
@@ -106,6 +119,12 @@ class ModelSpec:
     max_replicas: int = 1
     idle_timeout_s: float | None = None
     profiles: tuple[ProfileSpec, ...] = field(default_factory=tuple)
+    adapters: tuple[AdapterSpec, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the definition claims for clients: its own, its aliases, its adapters'."""
+        return (self.name, *self.aliases, *(a.name for a in self.adapters))
 
 
 def parse_duration(value: Any) -> float | None:
@@ -172,6 +191,44 @@ def _names(value: Any, where: str, problems: list[str]) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         problems.append(f"{where} lists a name twice")
     return names
+
+
+def source_problem(where: str, source: str) -> str | None:
+    """Why ``source`` is no place weights (or an adapter) can be fetched from; None when it is one."""
+    if not source.startswith(SOURCE_SCHEMES):
+        return f"{where} {source!r} must start with one of {', '.join(SOURCE_SCHEMES)}"
+    if len(source) > SOURCE_MAX:
+        return f"{where} is {len(source)} characters long; at most {SOURCE_MAX} are kept"
+    return None
+
+
+def _adapters(value: Any, problems: list[str]) -> tuple[AdapterSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        problems.append("adapters must be a list of {name, source} mappings")
+        return ()
+    out: list[AdapterSpec] = []
+    for i, data in enumerate(value):
+        where = f"adapters[{i}]"
+        if not isinstance(data, dict):
+            problems.append(f"{where} must be a mapping with name and source")
+            continue
+        _unknown(data, ADAPTER_FIELDS, where, problems)
+        name = _str(data.get("name"), f"{where}.name", problems)
+        problem = rules.name_problem("adapter name", name)
+        if problem:
+            problems.append(f"{where}: {problem}")
+        source = _str(data.get("source"), f"{where}.source", problems)
+        if not source:
+            problems.append(f"{where}.source is missing: say where the adapter's weights are (hf://…, file:///…)")
+        elif problem := source_problem(f"{where}.source", source):
+            problems.append(problem)
+        out.append(AdapterSpec(name=name, source=source))
+    names = [a.name for a in out]
+    for dup in sorted({n for n in names if n and names.count(n) > 1}):
+        problems.append(f"adapter name {dup!r} is used twice")
+    return tuple(out)
 
 
 def _unknown(data: dict, allowed: set[str], where: str, problems: list[str]) -> None:
@@ -261,11 +318,16 @@ def parse_definition(data: Any) -> tuple[ModelSpec | None, list[str]]:
     if problem:
         problems.append(problem)
     source = _str(data.get("source"), "source", problems)
-    if source and not source.startswith(SOURCE_SCHEMES):
-        problems.append(f"source {source!r} must start with one of {', '.join(SOURCE_SCHEMES)}")
+    if source and (problem := source_problem("source", source)):
+        problems.append(problem)
     aliases = _names(data.get("aliases"), "aliases", problems)
     if name and name in aliases:
         problems.append(f"alias {name!r} is the model's own name")
+    adapters = _adapters(data.get("adapters"), problems)
+    for adapter in adapters:
+        if adapter.name and adapter.name in (name, *aliases):
+            what = "the model's own name" if adapter.name == name else "one of the model's aliases"
+            problems.append(f"adapter {adapter.name!r} is {what}")
     fallbacks = _names(data.get("fallbacks"), "fallbacks", problems)
     if name and name in fallbacks:
         problems.append("a model cannot fall back to itself")
@@ -294,6 +356,7 @@ def parse_definition(data: Any) -> tuple[ModelSpec | None, list[str]]:
         max_replicas=high,
         idle_timeout_s=idle,
         profiles=tuple(profiles),
+        adapters=adapters,
     ), []
 
 
@@ -308,6 +371,9 @@ def spec_to_definition(spec: ModelSpec) -> dict:
         out["aliases"] = list(spec.aliases)
     if spec.fallbacks:
         out["fallbacks"] = list(spec.fallbacks)
+    if spec.adapters:
+        # By name, as the store reads them back, so an unchanged file is seen to be unchanged.
+        out["adapters"] = [{"name": a.name, "source": a.source} for a in sorted(spec.adapters, key=lambda a: a.name)]
     scaling: dict[str, Any] = {"min": spec.min_replicas, "max": spec.max_replicas}
     if spec.idle_timeout_s is not None:
         scaling["idle_timeout"] = format_duration(spec.idle_timeout_s)

@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from catalog import rules
+from catalog import definitions, rules
 from catalog.definitions import ProfileSpec
 
 
@@ -78,6 +78,8 @@ class CatalogModel(models.Model):
             problems.append("the idle timeout cannot be negative")
         if self.name and Alias.objects.filter(name=self.name).exclude(model_id=self.pk).exists():
             problems.append(f"{self.name!r} is already another model's alias")
+        if self.name and Adapter.objects.filter(name=self.name).exists():
+            problems.append(f"{self.name!r} is already the name of an adapter")
         if problems:
             raise ValidationError(problems)
 
@@ -104,6 +106,41 @@ class Alias(models.Model):
         owner = Alias.objects.filter(name=self.name).exclude(pk=self.pk).select_related("model").first()
         if owner:
             raise ValidationError({"name": f"alias {self.name!r} already belongs to model {owner.model.name}"})
+        if Adapter.objects.filter(name=self.name).exists():
+            raise ValidationError({"name": f"{self.name!r} is the name of an adapter"})
+
+
+class Adapter(models.Model):
+    """A LoRA adapter on a base model: a model name of its own that clients ask for.
+
+    It is served by the base model's replicas, which load it beside the base
+    weights; keys allow it, and prices and budgets count it, under its own
+    name. Its name is unique across every model, alias and adapter.
+    """
+
+    model = models.ForeignKey(CatalogModel, on_delete=models.CASCADE, related_name="adapters")
+    name = models.CharField(max_length=128, unique=True)
+    source = models.CharField(max_length=500, help_text="Where the adapter's weights come from: hf://…, file:///…")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        problems = [p for p in [rules.name_problem("adapter name", self.name)] if p]
+        source_problem = definitions.source_problem("source", self.source or "")
+        if source_problem:
+            problems.append(source_problem)
+        if self.name and CatalogModel.objects.filter(name=self.name).exists():
+            problems.append(f"{self.name!r} is the name of a model")
+        if self.name and Alias.objects.filter(name=self.name).exists():
+            problems.append(f"{self.name!r} is already an alias")
+        if self.name and Adapter.objects.filter(name=self.name).exclude(pk=self.pk).exists():
+            problems.append(f"adapter {self.name!r} already exists")
+        if problems:
+            raise ValidationError(problems)
 
 
 class Fallback(models.Model):

@@ -16,15 +16,15 @@ from urllib.parse import urlparse
 from django.db.models import QuerySet
 
 from catalog.definitions import ProfileSpec, profile_definition
-from catalog.models import CapacityMeasurement, CatalogModel, WeightPrefetch
+from catalog.models import Adapter, CapacityMeasurement, CatalogModel, WeightPrefetch
 from inventory.models import Node
 
 
 def model_rows(name: str | None = None) -> QuerySet[CatalogModel]:
     """Every model (or the one called ``name``) by name, with what :func:`model_view` reads fetched alongside."""
-    models = CatalogModel.objects.prefetch_related("aliases", "profiles", "fallbacks__target", "prefetches").order_by(
-        "name"
-    )
+    models = CatalogModel.objects.prefetch_related(
+        "aliases", "adapters", "profiles", "fallbacks__target", "prefetches"
+    ).order_by("name")
     if name is not None:
         models = models.filter(name=name)
     return models
@@ -49,6 +49,7 @@ def model_view(m: CatalogModel, counts: Mapping[str, int], unplaced: bool) -> di
         "total_replicas": counts.get("total", 0),
         "aliases": [a.name for a in m.aliases.all()],
         "fallbacks": [f.target.name for f in sorted(m.fallbacks.all(), key=lambda f: f.position)],
+        "adapters": [{"name": a.name, "source": a.source} for a in m.adapters.all()],
         # The seeds' type: the profiles' names, which scripts join and print. The
         # full definitions sit beside them under a name of their own.
         "profiles": [p.name for p in m.profiles.all()],
@@ -150,12 +151,13 @@ def source_refers_to(source: str, weight: dict) -> bool:
 
 
 def orphan_weights() -> list[dict[str, Any]]:
-    """Weights on nodes' disks that no catalog model's source refers to.
+    """Weights on nodes' disks that no catalog model's or LoRA adapter's source refers to.
 
     Nodes that did not look for weights (``weights`` NULL) are left out: they
     hold nothing known, which is not the same as holding orphans.
     """
     sources = [s for s in CatalogModel.objects.values_list("source", flat=True) if s]
+    sources += list(Adapter.objects.values_list("source", flat=True))
     prefetched = prefetched_paths()
     out = []
     for node, weights in Node.objects.exclude(weights__isnull=True).order_by("name").values_list("name", "weights"):

@@ -15,8 +15,8 @@ from typing import Any
 from django.db import transaction
 
 from catalog import rules, signals
-from catalog.definitions import ModelSpec, parse_definition, spec_to_definition
-from catalog.models import Alias, CatalogModel, DeclaredIn, Fallback, Profile
+from catalog.definitions import AdapterSpec, ModelSpec, parse_definition, spec_to_definition
+from catalog.models import Adapter, Alias, CatalogModel, DeclaredIn, Fallback, Profile
 from core.models import AuditEntry
 from inventory.models import GPU
 
@@ -73,16 +73,20 @@ def _parse(data: Any) -> ModelSpec:
 
 
 def _check_names(spec: ModelSpec, existing: CatalogModel | None) -> None:
-    """Names the definition claims must not belong to another model, as a name or an alias."""
+    """Names the definition claims must not belong to another model, as a name, an alias or an adapter."""
     own = existing.pk if existing else None
-    for claimed in (spec.name, *spec.aliases):
+    adapters = {a.name for a in spec.adapters}
+    for claimed in spec.names:
+        what = "model name" if claimed == spec.name else "adapter" if claimed in adapters else "alias"
         other = CatalogModel.objects.filter(name=claimed).exclude(pk=own).first()
         if other is not None:
-            what = "model name" if claimed == spec.name else "alias"
             raise CatalogError(f"{what} {claimed!r} is already the name of another model", 409)
         alias = Alias.objects.select_related("model").filter(name=claimed).exclude(model_id=own).first()
         if alias is not None:
-            raise CatalogError(f"{claimed!r} is already an alias of model {alias.model.name}", 409)
+            raise CatalogError(f"{what} {claimed!r} is already an alias of model {alias.model.name}", 409)
+        adapter = Adapter.objects.select_related("model").filter(name=claimed).exclude(model_id=own).first()
+        if adapter is not None:
+            raise CatalogError(f"{what} {claimed!r} is already an adapter of model {adapter.model.name}", 409)
 
 
 def _check_fallbacks(spec: ModelSpec) -> list[CatalogModel]:
@@ -123,6 +127,10 @@ def _write(model: CatalogModel, spec: ModelSpec, targets: list[CatalogModel]) ->
     Alias.objects.filter(model=model).exclude(name__in=spec.aliases).delete()
     for name in spec.aliases:
         Alias.objects.get_or_create(model=model, name=name)
+    # Kept by name, so an adapter's price (gateway.Price) outlives a change of its source.
+    Adapter.objects.filter(model=model).exclude(name__in=[a.name for a in spec.adapters]).delete()
+    for a in spec.adapters:
+        Adapter.objects.update_or_create(model=model, name=a.name, defaults={"source": a.source})
     Fallback.objects.filter(model=model).delete()
     Fallback.objects.bulk_create(Fallback(model=model, target=t, position=i) for i, t in enumerate(targets))
 
@@ -250,6 +258,7 @@ def model_definition(model: CatalogModel) -> dict:
         max_replicas=model.max_replicas,
         idle_timeout_s=model.idle_timeout.total_seconds() if model.idle_timeout else None,
         profiles=tuple(p.spec() for p in model.profiles.order_by("position", "name")),
+        adapters=tuple(AdapterSpec(a.name, a.source) for a in model.adapters.order_by("name")),
     )
     # Aliases are compared as written, in the spec's order.
     return spec_to_definition(spec)

@@ -113,9 +113,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(Price)
 class PriceAdmin(admin.ModelAdmin):
-    list_display = ["model", "prompt_micros_per_million", "completion_micros_per_million"]
-    list_select_related = ["model"]
-    search_fields = ["model__name"]
+    list_display = ["priced", "prompt_micros_per_million", "completion_micros_per_million"]
+    list_select_related = ["model", "adapter"]
+    search_fields = ["model__name", "adapter__name"]
+    fields = [("model", "adapter"), "prompt_micros_per_million", "completion_micros_per_million"]
 
 
 @admin.register(Budget)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.models import CatalogModel
+from catalog.models import Adapter, CatalogModel
 
 
 def _short_id() -> str:
@@ -93,13 +94,16 @@ class ApiKey(models.Model):
 
 
 class Price(models.Model):
-    """What a model costs, per million prompt and per million completion tokens.
+    """What a model, or a LoRA adapter, costs per million prompt and per million completion tokens.
 
     A model with no price row costs nothing: its requests are recorded with
-    cost 0 and no budget ever refuses them.
+    cost 0 and no budget ever refuses them. An adapter is priced on its own
+    row (``adapter``, ``model`` empty), never at its base model's price: it is
+    a model of its own to the teams that pay for it.
     """
 
-    model = models.OneToOneField(CatalogModel, on_delete=models.CASCADE, related_name="price")
+    model = models.OneToOneField(CatalogModel, null=True, blank=True, on_delete=models.CASCADE, related_name="price")
+    adapter = models.OneToOneField(Adapter, null=True, blank=True, on_delete=models.CASCADE, related_name="price")
     prompt_micros_per_million = models.PositiveBigIntegerField(
         default=0, help_text="Micros (millionths of the currency) per million prompt tokens."
     )
@@ -108,10 +112,25 @@ class Price(models.Model):
     )
 
     class Meta:
-        ordering = ["model__name"]
+        ordering = ["model__name", "adapter__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(model__isnull=False, adapter__isnull=True) | Q(model__isnull=True, adapter__isnull=False),
+                name="price_model_or_adapter",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.model.name}: {self.prompt_micros_per_million}/{self.completion_micros_per_million}"
+        return f"{self.priced}: {self.prompt_micros_per_million}/{self.completion_micros_per_million}"
+
+    @property
+    def priced(self) -> str:
+        """The name of what this price is for: the model's or the adapter's."""
+        return self.model.name if self.model_id else self.adapter.name if self.adapter_id else ""
+
+    def clean(self) -> None:
+        if (self.model_id is None) == (self.adapter_id is None):
+            raise ValidationError("a price is for one model or one adapter: choose exactly one")
 
 
 class Scope(models.TextChoices):

@@ -235,6 +235,11 @@ class Gateway:
                 if name != entry.name:
                     item["root"] = entry.name
                 data.append(item)
+        for entry in sorted(snapshot.adapters.values(), key=lambda m: m.name):
+            # Allowed by its own name only, and listed with its base as vLLM lists an adapter it serves.
+            if rules.allowed(result.caller, entry.name, entry.name):
+                item = {"id": entry.name, "object": "model", "created": entry.created, "owned_by": "llmgw"}
+                data.append({**item, "parent": entry.base})
         return {"object": "list", "data": data}
 
     # --- completions and embeddings -------------------------------------------
@@ -372,7 +377,7 @@ class Gateway:
                 return
         if entry.on_demand:
             cold = coldwait.ColdStream(ticket.endpoint, entry.name, send) if ticket.stream else None
-            self.load.wait(entry.name)
+            self.load.wait(entry.serving)
             try:
                 with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
                     snapshot = await self._wait_for_replica(entry, ticket.started, cold)
@@ -382,7 +387,7 @@ class Gateway:
                     await cold.fail(refusal)
                 raise
             finally:
-                self.load.waited(entry.name)
+                self.load.waited(entry.serving)
             try:
                 if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, relay):
                     if cold is not None and cold.committed and not cold.ended:
@@ -410,22 +415,38 @@ class Gateway:
         if not replicas:
             return False
         await self._hold(ticket, model)
-        payload = _upstream_body(body, model.name, ticket.stream, ticket.endpoint)
+        # An adapter's request names the adapter upstream (the name its engine serves it under), and goes
+        # first to its base's replicas that report it loaded, llama.cpp's last of those (each switch there
+        # reloads the model); the others only when every one of those failed.
+        payloads: dict[str, bytes] = {}
+        holding = [r for r in replicas.values() if model.name in r.adapters] if model.base else list(replicas.values())
+        preferred = {r.id for r in holding if not (model.base and r.switch_reloads)}
+        reloading = {r.id for r in holding} - preferred
         while True:
-            replica_id = router.choose(
-                list(replicas), self.in_flight, prefix, load_factor=self.conf.load_factor, exclude=tried
+            replica_id = router.choose_preferring(
+                list(replicas),
+                preferred,
+                self.in_flight,
+                prefix,
+                load_factor=self.conf.load_factor,
+                exclude=tried,
+                then=reloading,
             )
             if replica_id is None:
                 return False
             tried.add(replica_id)
             replica = replicas[replica_id]
             self.in_flight[replica_id] += 1
-            self.load.enter(model.name)
+            self.load.enter(model.serving)
             try:
-                path, data = _upstream_path(ticket, replica), payload
+                upstream_name = replica.upstream_name(model)
+                if upstream_name not in payloads:
+                    payloads[upstream_name] = _upstream_body(body, upstream_name, ticket.stream, ticket.endpoint)
+                path, payload = _upstream_path(ticket, replica), payloads[upstream_name]
+                data = payload
                 if path != "chat/completions" and ticket.original is not None:
-                    # The client's own body for an engine that speaks its protocol, with the catalog's name.
-                    data = json.dumps({**ticket.original, "model": model.name}).encode()
+                    # The client's own body for an engine that speaks its protocol, with the engine's name.
+                    data = json.dumps({**ticket.original, "model": upstream_name}).encode()
                 url = f"{replica.endpoint}/v1/{path}"
                 with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
                     response = await self._open(replica, url, data, failures, exchange.headers())
@@ -446,7 +467,7 @@ class Gateway:
                         await self._relay(ticket, model, replica, response, path, send, exchange)
                         return True
             finally:
-                self.load.leave(model.name)
+                self.load.leave(model.serving)
                 self.in_flight[replica_id] -= 1
                 if self.in_flight[replica_id] <= 0:
                     del self.in_flight[replica_id]
@@ -553,10 +574,10 @@ class Gateway:
     async def _demand(self, entry: ModelEntry) -> None:
         """Ask placement for a replica (placement.writes.demand), at most once every DEMAND_EVERY_S per model."""
         now = time.monotonic()
-        if now - self._demanded.get(entry.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
+        if now - self._demanded.get(entry.serving, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
             return
-        self._demanded[entry.name] = now
-        await self.run_db(demand.request_replica, entry.name)
+        self._demanded[entry.serving] = now
+        await self.run_db(demand.request_replica, entry.serving)
 
     async def _start_status(self, entry: ModelEntry) -> dict | None:
         """Where the model's start stands (placement.reads.cold_start); None when it cannot be read now.

@@ -56,6 +56,28 @@ def choose(
     return (rng or random).choice(tied)
 
 
+def choose_preferring(
+    replicas: Sequence[str],
+    preferred: Collection[str],
+    in_flight: Mapping[str, int],
+    prefix: str | None,
+    *,
+    load_factor: float = 1.25,
+    exclude: Collection[str] = (),
+    rng: random.Random | None = None,
+    then: Collection[str] = (),
+) -> str | None:
+    """:func:`choose` among the ``preferred`` replicas first (those holding a LoRA adapter), then among
+    ``then`` (those holding it at a cost: llama.cpp's, which reload the model to switch to it), the rest
+    once every one of those is excluded; None when all are."""
+    kwargs = {"load_factor": load_factor, "exclude": exclude, "rng": rng}
+    for tier in (preferred, then):
+        chosen = choose([r for r in replicas if r in tier], in_flight, prefix, **kwargs)
+        if chosen is not None:
+            return chosen
+    return choose(replicas, in_flight, prefix, **kwargs)
+
+
 def prompt_prefix(body: Mapping, chars: int) -> str | None:
     """The leading ``chars`` characters of a request's prompt; None when it has none.
 

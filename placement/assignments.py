@@ -28,7 +28,8 @@ def for_nodes(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
     if node_ids is not None:
         shards = shards.filter(node_id__in=node_ids)
     table: dict[int, list[dict]] = {}
-    for shard in shards.select_related("replica__model", "replica__profile").order_by("replica_id", "rank"):
+    rows = shards.select_related("replica__model", "replica__profile").prefetch_related("replica__model__adapters")
+    for shard in rows.order_by("replica_id", "rank"):
         table.setdefault(shard.node_id, []).append(_describe(shard))
     return table
 
@@ -54,4 +55,7 @@ def _describe(shard: Shard) -> dict:
         "pp": profile.pp if profile else 1,
         "nodes": profile.nodes if profile else 1,
         "api_key": replica.engine_key,
+        # The base model's LoRA adapters: the agent fetches them and starts the engine with them, or loads
+        # one into a running engine that has room.
+        "adapters": [{"name": a.name, "source": a.source} for a in replica.model.adapters.all()],
     }

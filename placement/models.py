@@ -67,6 +67,11 @@ class Replica(models.Model):
         NVLinkDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
     )
     endpoint = models.CharField(max_length=300, blank=True)
+    adapters = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The LoRA adapters its engine has loaded, as rank 0's agent last said; the gateway prefers these.",
+    )
     engine_key = models.CharField(max_length=64, default=new_engine_key, editable=False)
     replaces = models.ForeignKey(
         "self",

@@ -9,6 +9,8 @@ from typing import Any
 # A shard id names its log file on this node: letters, digits, '-' and '_'
 # only, so no id a control plane sends can name a path of its choosing.
 SHARD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
+# An adapter's name goes on the engine's command line as name=path: the catalog's names, never an '=' or a space.
+ADAPTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
 class BadSpec(ValueError):
@@ -40,6 +42,8 @@ class ShardSpec:
     pp: int = 1
     nodes: int = 1
     api_key: str = field(default="", repr=False)
+    adapters: tuple[tuple[str, str], ...] = ()
+    """The base model's LoRA adapters as (name, source), sorted by name: fetched and served beside the weights."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -63,6 +67,14 @@ class ShardSpec:
         if not key.isprintable() or " " in key:
             raise BadSpec(f"shard {shard_id}: its key is not one printable word: not run")
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
+        adapters = []
+        for item in data.get("adapters") or ():
+            if not isinstance(item, dict):
+                raise BadSpec(f"shard {shard_id}: an adapter is not a mapping with name and source: not run")
+            name, source = str(item.get("name") or ""), str(item.get("source") or "")
+            if not ADAPTER_NAME_RE.match(name) or not source:
+                raise BadSpec(f"shard {shard_id}: adapter {name[:80]!r} is not a name with a source: not run")
+            adapters.append((name, source))
         return cls(
             id=shard_id,
             replica=replica,
@@ -77,6 +89,7 @@ class ShardSpec:
             pp=int(data.get("pp") or 1),
             nodes=int(data.get("nodes") or 1),
             api_key=key,
+            adapters=tuple(sorted(adapters)),
         )
 
     @property

@@ -8,7 +8,14 @@ A shard's life, each step reported in the heartbeat's shard status:
    ShardSpec checks first); it listens on the node's advertised address
    only, never 0.0.0.0, and wants the replica's key on every request; it is
    probed there (GET /v1/models or /health, with the key) until it answers.
-3. ``ready``: answering, at ``http://<advertised host>:<port>``.
+   The model's LoRA adapters are fetched the same way, for engines that
+   serve them (vLLM, SGLang, llama.cpp), up to the replica's room for them;
+   an engine's own files (llama.cpp's config) go in ``shards/<id>/``,
+   removed when the shard stops.
+3. ``ready``: answering, at ``http://<advertised host>:<port>``, with the
+   adapters it has loaded (``adapters``). An adapter the catalog adds later
+   is fetched and loaded into a running vLLM while it has room (its
+   ``/v1/load_lora_adapter``); one the catalog drops is unloaded.
    Each shard's start is timed in phases, reported as ``phases``: ``fetch_s``
    (assignment to weights on disk), ``load_s`` (engine started to its first
    answer), each the time so far while it lasts, and ``weights_local`` once
@@ -32,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
@@ -44,7 +52,7 @@ import httpx
 
 from agent.supervisor.engines import engine
 from agent.supervisor.fetch import FetchError, Progress, download_dir, fetch
-from agent.supervisor.llamacpp import NoGguf
+from agent.supervisor.llamacpp import CannotStart
 from agent.supervisor.spec import BadSpec, ShardSpec
 
 log = logging.getLogger("llmgw.agent.supervisor")
@@ -96,6 +104,11 @@ class ShardRun:
     loading: float | None = None
     """When the engine was started (the fetch is over)."""
     ready_at: float | None = None
+    adapters: dict[str, str] = field(default_factory=dict)
+    """The LoRA adapters the engine has loaded, name to local path."""
+    lora: bool = False
+    """The engine serves adapters, so the status says which it has (an empty list too)."""
+    loader: asyncio.Task | None = None
 
     def phases(self, now: float | None = None) -> dict:
         """The start's phases so far, in seconds (see the module's docstring)."""
@@ -110,6 +123,8 @@ class ShardRun:
         out: dict = {"id": self.spec.id, "replica": self.spec.replica, "rank": self.spec.rank, "state": self.state}
         if self.endpoint:
             out["endpoint"] = self.endpoint
+        if self.lora and self.state == "ready":
+            out["adapters"] = sorted(self.adapters)
         if self.error:
             out["error"] = self.error
         tail = log_tail(self.log_path, secret=self.spec.api_key)
@@ -166,6 +181,10 @@ class Supervisor:
                 run = ShardRun(spec)
                 self.runs[shard_id] = run
                 run.task = asyncio.create_task(self._run(run), name=f"shard:{shard_id}")
+            elif self.runs[shard_id].spec.adapters != spec.adapters and self.runs[shard_id].stopper is None:
+                run = self.runs[shard_id]
+                run.spec = spec
+                self._load_adapters_soon(run)
 
     def _refuse(self, why: str) -> None:
         """Logged once: the control plane sends the same assignment with every heartbeat answer."""
@@ -186,6 +205,9 @@ class Supervisor:
             if run.weights is not None:
                 used.append(run.weights)
             used += source_paths(run.spec.source, self.model_dirs, self.work_dir / "weights")
+            used += [Path(p) for p in tuple(run.adapters.values())]
+            for _, source in run.spec.adapters:
+                used += source_paths(source, self.model_dirs, self.work_dir / "weights")
         return used
 
     async def close(self) -> None:
@@ -210,13 +232,26 @@ class Supervisor:
         if module is None:
             self._fail(run, f"engine {spec.engine!r} is not one this agent can run")
             return
+        run.lora = getattr(module, "LORA", False)
         try:
             run.progress = Progress(source=spec.source)
-            weights = await fetch(spec.source, download_dir(self.model_dirs, self.work_dir / "weights"), run.progress)
+            weights = await fetch(spec.source, self._downloads(), run.progress)
             run.weights = Path(weights)
+            if run.lora:
+                for name, source in spec.adapters[: module.lora_slots(spec)]:
+                    run.progress = Progress(source=source)
+                    path = str(await fetch(source, self._downloads(), run.progress))
+                    try:
+                        run.adapters[name] = getattr(module, "lora_file", str)(path)
+                    except CannotStart as exc:  # not one this engine loads: the replica serves the others
+                        log.warning("shard %s: adapter %s left out: %s", spec.id, name, exc)
             run.port = free_port()
-            cmd = module.command(spec, str(weights), run.port, self.advertise_host)
-        except (FetchError, NoGguf) as exc:
+            extra: dict = {"adapters": dict(run.adapters)} if run.lora else {}
+            if getattr(module, "RUN_DIR", False):
+                extra["run_dir"] = self._run_dir(run)
+            # In a thread: llama.cpp's reads the profile with its server's parser, whose import takes a while.
+            cmd = await asyncio.to_thread(module.command, spec, str(weights), run.port, self.advertise_host, **extra)
+        except (FetchError, CannotStart) as exc:
             self._fail(run, str(exc))
             return
         run.state, run.loading = "starting", time.monotonic()
@@ -229,8 +264,59 @@ class Supervisor:
             run.endpoint = f"http://{self.advertise_host}:{run.port}"
         run.state, run.ready_at = "ready", time.monotonic()
         log.info("shard %s ready at %s", spec.id, run.endpoint or "(no API on this rank)")
+        if run.lora and {n for n, _ in run.spec.adapters} != set(run.adapters):
+            self._load_adapters_soon(run)  # the catalog's adapters changed while it started
         code = await run.proc.wait()
         self._fail(run, f"the engine exited with status {code}")
+
+    def _run_dir(self, run: ShardRun) -> Path:
+        """The shard's own directory, for files its engine reads (the id is safe as a name: ShardSpec checks)."""
+        return self.work_dir / "shards" / run.spec.id
+
+    def _downloads(self) -> Path:
+        return download_dir(self.model_dirs, self.work_dir / "weights")
+
+    def _load_adapters_soon(self, run: ShardRun) -> None:
+        """Bring a ready engine's adapters in step with its spec, once at a time (the next beat may ask again)."""
+        module = engine(run.spec.engine)
+        if run.state != "ready" or not getattr(module, "RUNTIME_LORA", False) or run.endpoint is None:
+            return
+        if run.loader is None or run.loader.done():
+            run.loader = asyncio.create_task(self._load_adapters(run, module), name=f"adapters:{run.spec.id}")
+
+    async def _load_adapters(self, run: ShardRun, module) -> None:
+        """Unload what the catalog dropped, then fetch and load what it added while the engine has room.
+
+        vLLM's runtime adapter API (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; the engine runs
+        with VLLM_ALLOW_RUNTIME_LORA_UPDATING). An adapter that fails to fetch or load is logged and tried
+        again when the catalog next changes or the replica restarts; the others still load.
+        """
+        wanted = dict(run.spec.adapters)
+        headers = {"Authorization": f"Bearer {run.spec.api_key}"} if run.spec.api_key else {}
+        async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+            for name in [n for n in run.adapters if n not in wanted]:
+                try:
+                    answer = await client.post(f"{run.endpoint}/v1/unload_lora_adapter", json={"lora_name": name})
+                except httpx.HTTPError as exc:
+                    log.warning("shard %s: unloading adapter %s failed: %s", run.spec.id, name, exc)
+                    continue
+                if answer.status_code == 200:
+                    run.adapters.pop(name, None)
+            for name, source in wanted.items():
+                if name in run.adapters or len(run.adapters) >= module.lora_slots(run.spec):
+                    continue
+                try:
+                    path = str(await fetch(source, self._downloads(), Progress(source=source)))
+                    answer = await client.post(
+                        f"{run.endpoint}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
+                    )
+                except (FetchError, httpx.HTTPError) as exc:
+                    log.warning("shard %s: adapter %s not loaded: %s", run.spec.id, name, exc)
+                    continue
+                if answer.status_code == 200:
+                    run.adapters[name] = path
+                else:
+                    log.warning("shard %s: adapter %s not loaded: %s", run.spec.id, name, answer.text[:200])
 
     async def _start(self, run: ShardRun, cmd: list[str], engine_env: dict[str, str | None]) -> bool:
         logs = self.work_dir / "logs"
@@ -274,12 +360,15 @@ class Supervisor:
 
     async def _stop(self, run: ShardRun) -> None:
         run.state = "stopping"
+        if run.loader is not None:
+            run.loader.cancel()
         if run.task is not None and not run.task.done() and (run.proc is None or run.proc.returncode is not None):
             run.task.cancel()  # still fetching: nothing to signal
         await self._terminate(run)
         if run.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await run.task
+        shutil.rmtree(self._run_dir(run), ignore_errors=True)
         self.runs.pop(run.spec.id, None)
 
     async def _terminate(self, run: ShardRun) -> None:

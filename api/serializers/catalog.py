@@ -40,6 +40,11 @@ class PrefetchAnswerSerializer(s.Serializer):
     note = s.CharField()
 
 
+class AdapterSerializer(s.Serializer):
+    name = s.CharField(help_text="A model name clients ask for; served by this model's replicas.")
+    source = s.CharField(help_text="Where the adapter's weights come from.")
+
+
 class ModelSerializer(s.Serializer):
     name = s.CharField()
     source = s.CharField(allow_blank=True)
@@ -52,6 +57,7 @@ class ModelSerializer(s.Serializer):
     total_replicas = s.IntegerField(help_text="Pending, starting and ready.")
     aliases = s.ListField(child=s.CharField())
     fallbacks = s.ListField(child=s.CharField())
+    adapters = AdapterSerializer(many=True, help_text="LoRA adapters on this model, each a model name of its own.")
     profiles = s.ListField(child=s.CharField(), help_text="The profiles' names, in order (the seeds' type).")
     profile_specs = ProfileSerializer(many=True, help_text="The same profiles in full: engine, class, GPUs, nodes.")
     parked = s.BooleanField(help_text="Its replicas failed at every start; nothing is placed until an operator acts.")

@@ -38,6 +38,10 @@ def models(client: Client, console: Console, args) -> object:
         if m.get("autoscale"):
             console.print(show.markup("[bold]{}[/]: {}", m["name"], m["autoscale"]["reason"]))
     for m in rows:
+        if m.get("adapters"):
+            names = ", ".join(a["name"] for a in m["adapters"])
+            console.print(show.markup("[bold]{}[/] adapters: {}", m["name"], names))
+    for m in rows:
         for p in m.get("prefetch") or []:
             console.print(show.markup("[bold]{}[/] weights on {}: {}", m["name"], p["node"], prefetch_state(p)))
     return None

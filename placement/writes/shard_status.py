@@ -50,6 +50,9 @@ LOG_LINES_IN_ERROR = 20
 # Counts of bytes land in BigIntegerField columns; a larger number is not a count.
 MAX_BYTES = 2**63 - 1
 ENDPOINT_MAX = Replica._meta.get_field("endpoint").max_length
+# More adapters than any engine holds at once (vLLM's --max-loras is a handful): the rest of a list is not kept.
+ADAPTERS_MAX = 64
+ADAPTER_NAME_MAX = 128
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +168,21 @@ def _record_start(shard: Shard, phases: dict) -> None:
     ColdStart.objects.filter(pk__in=list(old)).delete()
 
 
+def reported_adapters(entry: dict) -> list[str] | None:
+    """The adapter names rank 0's engine has loaded, sorted; None when the entry does not say.
+
+    Only names are kept, each a short printable word: the gateway sends one
+    as the upstream request's ``model`` and prefers the replicas listing it,
+    and an unknown name only makes a replica preferred for a model nobody
+    asks for.
+    """
+    names = entry.get("adapters")
+    if not isinstance(names, list):
+        return None
+    kept = {n for n in names if isinstance(n, str) and 0 < len(n) <= ADAPTER_NAME_MAX and n.isprintable()}
+    return sorted(kept)[:ADAPTERS_MAX]
+
+
 def _update_shard(shard: Shard, entry: dict) -> bool:
     fields: dict = {}
     state = entry.get("state")
@@ -219,6 +237,7 @@ def apply(node_id: int, entries: list[dict]) -> Applied:
     touched: set[str] = set()
     # Only a shard of this node is ever matched, so only rank 0's own node can name an endpoint.
     endpoints: dict[str, str] = {}
+    adapters: dict[str, list[str]] = {}
     for shard in shards:
         entry = by_key.get((shard.replica_id, shard.rank))
         if entry is None or shard.replica.state == ReplicaState.STOPPING:
@@ -230,6 +249,12 @@ def apply(node_id: int, entries: list[dict]) -> Applied:
             if endpoint:
                 endpoints[shard.replica_id] = endpoint
                 touched.add(shard.replica_id)
+        loaded = reported_adapters(entry) if shard.rank == 0 else None
+        if loaded is not None and loaded != shard.replica.adapters:
+            # Rank 0 serves the API, so its node alone says what the engine has loaded.
+            adapters[shard.replica_id] = loaded
+    for replica_id, loaded in adapters.items():
+        Replica.objects.filter(id=replica_id).exclude(state=ReplicaState.STOPPING).update(adapters=loaded)
     for replica in Replica.objects.filter(id__in=touched).exclude(state=ReplicaState.STOPPING):
         _follow_shards(replica, endpoints.get(replica.id), result)
     return result

@@ -301,6 +301,14 @@ def test_the_models_page_shows_desired_and_ready_and_the_explanation(operator, f
     assert 'on <a href="/admin/nodes/hgx-000/">hgx-000</a> gpu 0, 1' in page
 
 
+def test_the_models_page_names_a_models_lora_adapters(operator, fleet):
+    from catalog.models import Adapter, CatalogModel
+
+    Adapter.objects.create(model=CatalogModel.objects.get(name="llama-8b"), name="llama-sql", source="hf://a/b")
+    listing = operator.get("/admin/models/").content.decode()
+    assert "<small>adapters llama-sql</small>" in listing
+
+
 def test_the_model_page_shows_the_autoscalers_count_reason_and_history(operator, fleet):
     model = CatalogModel.objects.get(name="llama-8b")
     CatalogModel.objects.filter(pk=model.pk).update(max_replicas=4)

@@ -30,6 +30,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent.supervisor import llamacpp
+from agent.supervisor.spec import ShardSpec
+from agent.supervisor.supervisor import free_port
 from tests.agent.test_simulator import Inventory
 from tests.core.test_serve import Server
 
@@ -413,3 +416,49 @@ def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(
                 except subprocess.TimeoutExpired:
                     agent.kill()
         assert server.stop() == 0, server.log.read_text()
+
+
+def test_llamacpp_started_from_its_generated_config_answers_both_names_and_wants_the_key(tmp_path):
+    """Two names of one GGUF, as a model and its adapter are (without ``lora_path``: no GGUF LoRA for
+    SmolLM2 is at hand); each switch between them reloads the model, which this prints the time of."""
+    require_llama_cpp()
+    gguf = str(smollm2_gguf())
+    shard = {"id": "r1-0", "replica": "r1", "rank": 0, "model": "smol", "engine": "llamacpp", "source": ""}
+    s = ShardSpec.from_assignment({**shard, "api_key": "sk-e2e", "engine_args": ["--n_ctx", "256", "--verbose", "0"]})
+    port = free_port()
+    cmd = llamacpp.command(s, gguf, port, "127.0.0.1", adapters={"smol-b": gguf}, run_dir=tmp_path)
+    path = tmp_path / llamacpp.CONFIG_NAME
+    written = json.loads(path.read_text())
+    written["models"][1]["lora_path"] = None
+    path.write_text(json.dumps(written))
+    env = {**os.environ, **llamacpp.environment(s, "127.0.0.1", port)}
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(cmd, env={k: v for k, v in env.items() if v is not None}, stdout=log, stderr=log)
+    url, key = f"http://127.0.0.1:{port}/v1", {"Authorization": "Bearer sk-e2e"}
+    try:
+        with httpx.Client(timeout=60) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+                try:
+                    if client.get(f"{url}/models", headers=key).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.2)
+            assert {m["id"] for m in client.get(f"{url}/models", headers=key).json()["data"]} == {"smol", "smol-b"}
+            body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+            assert client.post(f"{url}/chat/completions", json={**body, "model": "smol"}).status_code == 401
+            took = []
+            for name in ("smol", "smol", "smol-b", "smol-b", "smol"):  # the first warms the server up
+                start = time.monotonic()
+                answer = client.post(f"{url}/chat/completions", json={**body, "model": name}, headers=key)
+                took.append(time.monotonic() - start)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["model"] == name
+            print(f"llama.cpp: a request switching names {took[2]:.2f} s and {took[4]:.2f} s, staying {took[3]:.2f} s")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

@@ -6,7 +6,12 @@ be the slowest thing in a benchmark. It answers ``/v1/chat/completions``,
 llama.cpp), ``/v1/embeddings``, ``/v1/models`` and ``/tokenize`` (one token a
 word, in vLLM's or llama.cpp's shape), and it notices a client that hangs up mid-stream.
 With ``messages`` it also serves Anthropic's ``/v1/messages`` natively, as vLLM
-and llama.cpp do (without, that path is 404, as SGLang answers it).
+and llama.cpp do (without, that path is 404, as SGLang answers it). With
+``lora`` it serves LoRA adapters as vLLM started with ``--enable-lora`` does:
+each loaded adapter is listed in ``/v1/models`` with its ``parent``, one more
+is loaded by ``POST /v1/load_lora_adapter`` (``{lora_name, lora_path}``) and
+one dropped by ``POST /v1/unload_lora_adapter`` (``{lora_name}``), and
+a request naming neither the model nor a loaded adapter is answered 404.
 
 Run on its own: ``python -m tests.gateway.fake_engine --port 9000``.
 """
@@ -48,6 +53,10 @@ class Behaviour:
     """Serve ``/v1/messages`` natively (plain and streamed in Anthropic's events); False: 404 there."""
     tool_call: str = ""
     """Chat answers call this tool (arguments ``{"q": "w0"}``, finish_reason ``tool_calls``) instead of text."""
+    lora: bool = False
+    """Serve LoRA adapters as vLLM does (see the module's docstring); False: names are not checked."""
+    adapters: dict[str, str] = field(default_factory=dict)
+    """With ``lora``: the adapters loaded at start, name to path (vLLM's ``--lora-modules name=path``)."""
     refuse_unreadable: bool = False
     """Answer 400 with a message, as vLLM, SGLang and llama.cpp do, to a body this fake cannot read,
     instead of dropping the connection (which a gateway would rightly report as the engine's failure)."""
@@ -81,6 +90,8 @@ class FakeEngine:
     def __init__(self, behaviour: Behaviour | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
         self.stats = Stats()
+        self.adapters: dict[str, str] = dict(self.behaviour.adapters)
+        """The adapters loaded now, name to path."""
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
 
@@ -123,7 +134,18 @@ class FakeEngine:
         if path == "/tokenize":
             return self._tokenize(writer, json.loads(raw or b"{}"))
         if path == "/v1/models":
-            return self._json(writer, 200, {"object": "list", "data": [{"id": b.name, "object": "model"}]})
+            data = [{"id": b.name, "object": "model", "root": b.name, "parent": None}]
+            data += [{"id": n, "object": "model", "root": p, "parent": b.name} for n, p in self.adapters.items()]
+            return self._json(writer, 200, {"object": "list", "data": data})
+        if path == "/v1/load_lora_adapter" and b.lora:
+            return self._load_lora(writer, json.loads(raw or b"{}"))
+        if path == "/v1/unload_lora_adapter" and b.lora:
+            name = json.loads(raw or b"{}").get("lora_name")
+            if self.adapters.pop(name, None) is None:
+                return self._json(
+                    writer, 404, {"object": "error", "message": f"The lora adapter '{name}' cannot be found."}
+                )
+            return self._json(writer, 200, {"message": f"Success: LoRA adapter '{name}' removed successfully."})
         if not path.startswith("/v1/"):
             return self._json(writer, 404, {"error": "not found"})
         if b.refuse_unreadable and (why := unreadable(path, raw)):
@@ -132,6 +154,9 @@ class FakeEngine:
         body = json.loads(raw)
         if self.stats.keep_bodies:
             self.stats.bodies.append(body)
+        if b.lora and body.get("model") not in (b.name, *self.adapters):
+            message = f"The model `{body.get('model')}` does not exist."
+            return self._json(writer, 404, {"object": "error", "message": message, "type": "NotFoundError"})
         if b.fail_status:
             return self._json(writer, b.fail_status, {"error": {"message": "the fake engine is told to fail"}})
         prompt = prompt_tokens(body, b.prompt_count)
@@ -260,6 +285,19 @@ class FakeEngine:
         except ConnectionError:
             self.stats.cancelled += 1
             return False
+
+    def _load_lora(self, writer, body: dict) -> bool:
+        """vLLM's runtime adapter loading: 200 and a sentence, 400 for a name already loaded or no path."""
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not isinstance(path, str) or not name or not path:
+            return self._json(writer, 400, {"object": "error", "message": "lora_name and lora_path are required"})
+        if name in self.adapters:
+            message = f"The lora adapter '{name}' has already been loaded."
+            return self._json(writer, 400, {"object": "error", "message": message, "type": "InvalidUserInput"})
+        self.adapters[name] = path
+        text = f"Success: LoRA adapter '{name}' added successfully.".encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n" % len(text) + text)
+        return True
 
     def _tokenize(self, writer, body: dict) -> bool:
         """One token a word, in the answer shape of the engine ``tokenize`` names."""
@@ -424,10 +462,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--usage", default="vllm", choices=["vllm", "llamacpp", "none"])
+    parser.add_argument("--name", default="fake", help="The model's name, as --served-model-name gives it.")
+    parser.add_argument("--lora", action="store_true", help="Serve LoRA adapters as vLLM --enable-lora does.")
+    parser.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH", help="An adapter at start.")
     args = parser.parse_args()
+    adapters = dict(a.split("=", 1) for a in args.adapter)
 
     async def serve() -> None:
-        engine = FakeEngine(Behaviour(tokens=args.tokens, usage=args.usage))
+        behaviour = Behaviour(tokens=args.tokens, usage=args.usage, name=args.name, lora=args.lora, adapters=adapters)
+        engine = FakeEngine(behaviour)
         engine.stats.keep_bodies = False
         await engine.start(port=args.port)
         print(f"fake engine on {engine.url}", flush=True)

@@ -7,6 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway import router
 from gateway.router import bound, choose, prompt_prefix
 
 REPLICAS = ["a", "b", "c", "d"]
@@ -74,3 +75,26 @@ def test_prompt_prefix_reads_messages_and_prompts():
     )
     assert prompt_prefix({"input": "x"}, 10) is None
     assert prompt_prefix({"prompt": "x"}, 0) is None
+
+
+@given(
+    st.lists(st.sampled_from("abcdef"), min_size=1, max_size=6, unique=True),
+    st.sets(st.sampled_from("abcdef")),
+    st.sets(st.sampled_from("abcdef")),
+    st.sets(st.sampled_from("abcdef")),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 50)),
+    st.one_of(st.none(), st.text(max_size=10)),
+)
+def test_a_preferred_replica_is_chosen_while_one_is_left_and_another_only_then(
+    replicas, preferred, then, exclude, in_flight, prefix
+):
+    chosen = router.choose_preferring(replicas, preferred, in_flight, prefix, exclude=exclude, then=then)
+    left = [r for r in replicas if r not in exclude]
+    if not left:
+        assert chosen is None
+    elif any(r in preferred for r in left):
+        assert chosen in preferred and chosen in left
+    elif any(r in then for r in left):
+        assert chosen in then and chosen in left, "the replicas that reload to switch come second"
+    else:
+        assert chosen in left

@@ -21,10 +21,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from catalog.models import Adapter
 from core.models import ApiToken
 from gateway.models import ApiKey, Budget, Lease, UsageRecord
 from gateway.tasks import reap_leases
 from llmgw.celery import beat_schedule
+from placement.models import Replica
 from tests.core.test_serve import Server, descendants
 from tests.gateway.harness import key, model, replica
 
@@ -101,6 +103,35 @@ def test_the_openai_client_chats_through_llmgw_serve_plain_and_streaming(server,
     assert "not known" in str(refused.value)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_the_openai_and_anthropic_clients_ask_for_a_lora_adapter_by_name_through_llmgw_serve(server, engines):
+    engine = engines(name="llama", lora=True, adapters={"llama-sql": "/adapters/sql"})
+    base = model("llama")
+    Adapter.objects.create(model=base, name="llama-sql", source="hf://acme/llama-sql-lora")
+    r = replica(base, engine.url, engine="vllm")
+    Replica.objects.filter(pk=r.pk).update(adapters=["llama-sql"])
+    secret = key(models=["llama-sql"])
+    client = openai.OpenAI(base_url=f"http://{server.gateway}/v1", api_key=secret)
+
+    assert [(m.id, getattr(m, "parent", None)) for m in client.models.list()] == [("llama-sql", "llama")]
+    answer = client.chat.completions.create(model="llama-sql", messages=[{"role": "user", "content": "hi"}])
+    assert answer.model == "llama-sql" and answer.choices[0].message.content
+    stream = client.chat.completions.create(
+        model="llama-sql", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    message = anthropic.Anthropic(base_url=f"http://{server.gateway}", api_key=secret).messages.create(
+        model="llama-sql", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert message.content[0].text
+    assert {b["model"] for b in engine.engine.stats.bodies} == {"llama-sql"}
+    with pytest.raises(openai.PermissionDeniedError):
+        client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "hi"}])
+    records = wait_for(
+        lambda: list(UsageRecord.objects.filter(status=200)) if UsageRecord.objects.count() == 4 else None
+    )
+    assert {r.model for r in records} == {"llama-sql"}
 
 
 def test_the_anthropic_client_talks_through_llmgw_serve_translated_and_native_plain_and_streaming(server, engines):

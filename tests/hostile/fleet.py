@@ -134,6 +134,7 @@ class Hostile:
                     "endpoint": endpoint,
                     "fetch": {"source": "hf://meta-llama/Llama-3.1-8B-Instruct", "bytes_done": 16 * 10**9},
                     "phases": {"fetch_s": 95.5, "load_s": 41.25, "weights_local": False},
+                    "adapters": ["hostile-chat-sql"],
                 },
                 {"id": f"{rab}-1", "replica": rab, "rank": 1, "state": "ready", "log_tail": ["INFO: rank 1 up"]},
             ]

@@ -28,6 +28,7 @@ ADDED = {
     "source": "https://example.org/qwen2.5-0.5b-instruct-q4_k_m.gguf",
     "aliases": ["hostile-added-alias"],
     "fallbacks": ["hostile-chat"],
+    "adapters": [{"name": "hostile-added-sql", "source": "hf://acme/hostile-added-sql-lora"}],
     "scaling": {"min": 0, "max": 1, "idle_timeout": "30m"},
     "profiles": [
         {
