@@ -408,20 +408,28 @@ class Gateway:
                 f"every replica tried for {entry.name!r} failed before answering: " + "; ".join(failures[-3:])
             )
         names = " or its fallbacks " + ", ".join(m.name for m in fallbacks) if fallbacks else ""
+        if entry.base:
+            raise errors.unavailable(
+                f"adapter {entry.name!r}{names} is not loaded on a ready replica of {entry.base!r} now; "
+                "its agents load it as they hear of it, try again shortly"
+            )
         raise errors.unavailable(f"model {entry.name!r}{names} has no ready replica now; try again shortly")
 
     async def _try_model(self, ticket, model, snapshot, body, prefix, tried, failures, send) -> bool:
         replicas = {r.id: r for r in snapshot.replicas.get(model.id, ())}
+        if model.base:
+            # An adapter's request goes only to its base's replicas that report it loaded: one without it
+            # answers 404 (vLLM) or, worse, answers as the base model (llama.cpp's server falls back to its
+            # first name), which a client asking for the adapter must never get.
+            replicas = {i: r for i, r in replicas.items() if model.name in r.adapters}
         if not replicas:
             return False
         await self._hold(ticket, model)
-        # An adapter's request names the adapter upstream (the name its engine serves it under), and goes
-        # first to its base's replicas that report it loaded, llama.cpp's last of those (each switch there
-        # reloads the model); the others only when every one of those failed.
+        # It names the adapter upstream (the name its engine serves it under), and goes first to the
+        # replicas that hold it without cost, llama.cpp's last (each switch there reloads the model).
         payloads: dict[str, bytes] = {}
-        holding = [r for r in replicas.values() if model.name in r.adapters] if model.base else list(replicas.values())
-        preferred = {r.id for r in holding if not (model.base and r.switch_reloads)}
-        reloading = {r.id for r in holding} - preferred
+        preferred = {r.id for r in replicas.values() if not (model.base and r.switch_reloads)}
+        reloading = set(replicas) - preferred
         while True:
             replica_id = router.choose_preferring(
                 list(replicas),

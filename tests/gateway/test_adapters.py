@@ -186,3 +186,31 @@ def test_a_llamacpp_replica_with_the_adapter_serves_it_only_once_no_vllm_replica
     assert [a.status for a in then] == [200] * 4 and {a.headers["x-llmgw-replica"] for a in then} == {on_llamacpp.id}
     assert [b["model"] for b in llama_engine.engine.stats.bodies] == ["llama-sql"] * 4, "named as its alias"
     assert not bare.engine.stats.bodies
+
+
+def test_an_adapter_no_ready_replica_holds_is_503_and_never_answered_by_the_base(engines):
+    """A replica of the base without the adapter would answer 404 (vLLM) or as the base model itself
+    (llama.cpp's server falls back to its first name): neither is asked."""
+    base = model("llama")
+    Adapter.objects.create(model=base, name="llama-sql", source="hf://acme/llama-sql-lora")
+    on_vllm = engines(name="llama", lora=True)
+    on_llamacpp = engines(name="llama", lora=True)
+    replica(base, on_vllm.url, engine="vllm")
+    replica(base, on_llamacpp.url, engine="llamacpp")
+    secret = keys.issue(team="search", org="acme").secret
+    app = new_app()
+
+    async def scenario():
+        chat = await call(app, "/v1/chat/completions", {**CHAT, "model": "llama-sql"}, key=secret)
+        messages = await call(app, "/v1/messages", {**CHAT, "model": "llama-sql"}, headers={"x-api-key": secret})
+        base_answer = await call(app, "/v1/chat/completions", {**CHAT, "model": "llama"}, key=secret)
+        await settle(app)
+        return chat, messages, base_answer
+
+    chat, messages, base_answer = asyncio.run(scenario())
+    assert chat.status == 503 and "adapter 'llama-sql' is not loaded" in chat.json()["error"]["message"]
+    assert messages.status == 503 and messages.json()["type"] == "error"
+    assert base_answer.status == 200, "the base itself is served as before"
+    asked = [b["model"] for e in (on_vllm, on_llamacpp) for b in e.engine.stats.bodies]
+    assert asked == ["llama"], "no engine was asked for the adapter"
+    assert UsageRecord.objects.filter(requested="llama-sql", status=503).count() == 2
