@@ -1,6 +1,6 @@
 """Inventory's settings, checked when a process starts rather than at the first sweep.
 
-A bad ``LLMGW_PARTITION_*`` or ``LLMGW_FLAP*`` value is read by every
+A bad ``LLMGW_PARTITION_*``, ``LLMGW_FLAP*`` or ``LLMGW_HEALTH_*`` value is read by every
 reachability sweep (every 5 s) and every reconcile; as a Django system check
 (tag ``llmgw-config``, as placement's) it stops ``llmgw serve`` at start with
 the sentence naming the variable.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core import checks
 
 from core.config import ConfigError
-from inventory.loss_settings import loss_rules
+from inventory.loss_settings import health_settings, loss_rules
 
 TAG = "llmgw-config"
 
@@ -21,6 +21,7 @@ def loss_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """An error naming the variable when node loss's settings cannot be used; nothing when they can."""
     try:
         loss_rules()
+        health_settings()
     except ConfigError as exc:
         return [checks.Error(str(exc), id="inventory.E001")]
     return []

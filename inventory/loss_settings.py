@@ -1,4 +1,4 @@
-"""Node loss's settings (partitions, the partition hold, flapping), read in one place.
+"""Node loss's settings (partitions, the partition hold, flapping) and card health's, read in one place.
 
 The reachability sweep, placement's snapshot (which keeps new replicas off a
 flapping node) and the doctor's sweep all read them here, through
@@ -13,6 +13,7 @@ import os
 
 from core.config import ConfigError, number
 from inventory import failure_rules
+from inventory import health_actions as A
 from inventory.reachability import LossRules
 
 
@@ -35,4 +36,14 @@ def loss_rules(env: dict[str, str] | None = None) -> LossRules:
         hold_s=number(env, "LLMGW_PARTITION_HOLD_S", failure_rules.PARTITION_HOLD_S, low=0.0),
         flaps_to_cordon=_whole(env, "LLMGW_FLAPS_TO_CORDON", failure_rules.FLAPS_TO_CORDON, 0),
         flap_window_s=number(env, "LLMGW_FLAP_WINDOW_S", failure_rules.FLAP_WINDOW_S, low=1.0),
+    )
+
+
+def health_settings(env: dict[str, str] | None = None) -> A.Settings:
+    """Card health's window, cordon threshold and clean window (defaults and reasons: docs/operations.md)."""
+    env = dict(os.environ if env is None else env)
+    return A.Settings(
+        window_s=number(env, "LLMGW_HEALTH_WINDOW_S", A.WINDOW_S_DEFAULT, low=1.0),
+        cordon_after=_whole(env, "LLMGW_HEALTH_CORDON_AFTER", A.CORDON_AFTER_DEFAULT, 1),
+        clean_s=number(env, "LLMGW_HEALTH_CLEAN_S", A.CLEAN_S_DEFAULT, low=0.0),
     )

@@ -16,7 +16,6 @@ health cordon a finding while it lasts.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +26,7 @@ from core.models import AuditEntry
 from inventory import health_actions as A
 from inventory import health_rules as H
 from inventory import signals
+from inventory.loss_settings import health_settings
 from inventory.models import GPU, CardHealthEvent, CardHold, Node, NodeState
 from inventory.reads.nodes import HEALTH_ACTOR
 from inventory.writes.states import set_node_state
@@ -36,20 +36,9 @@ ACTOR = HEALTH_ACTOR  # the audit rows ctl node lists (inventory.reads.nodes.hea
 WHAT_CHARS = 300  # an event's words as stored; the driver's messages are a line
 
 
-def _env_number(name: str, default: float, low: float) -> float:
-    try:
-        return max(low, float(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
 def settings() -> A.Settings:
     """The rules' settings from ``LLMGW_HEALTH_WINDOW_S``, ``LLMGW_HEALTH_CORDON_AFTER``, ``LLMGW_HEALTH_CLEAN_S``."""
-    return A.Settings(
-        window_s=_env_number("LLMGW_HEALTH_WINDOW_S", A.WINDOW_S_DEFAULT, 1.0),
-        cordon_after=int(_env_number("LLMGW_HEALTH_CORDON_AFTER", A.CORDON_AFTER_DEFAULT, 1)),
-        clean_s=_env_number("LLMGW_HEALTH_CLEAN_S", A.CLEAN_S_DEFAULT, 0.0),
-    )
+    return health_settings()
 
 
 def card_facts(gpu: GPU) -> dict[str, Any]:

@@ -144,13 +144,15 @@ BAD_PERIODIC = [
     ("LLMGW_AUTOSCALE_TARGET", "lots", "'lots' is not a number"),
     ("LLMGW_PARTITION_HOLD_S", "soon", "'soon' is not a number"),
     ("LLMGW_FLAPS_TO_CORDON", "2.5", "'2.5' is not a whole number"),
+    ("LLMGW_HEALTH_CORDON_AFTER", "0", "0 is below the least useful value, 1"),
+    ("LLMGW_HEALTH_WINDOW_S", "nan", "'nan' is not a finite number"),
 ]
 
 
 @pytest.mark.parametrize(("variable", "value", "words"), BAD_PERIODIC)
 def test_a_setting_read_by_periodic_work_stops_the_start_not_each_run(tmp_path, variable, value, words):
-    """A bad autoscaler or node loss knob is said once at start (and by llmgw check), not by every reconcile or
-    reachability sweep."""
+    """A bad autoscaler, node loss or card health knob is said once at start (and by llmgw check), not by every
+    reconcile, reachability sweep or health review."""
     result = run_llmgw(tmp_path, "serve", **{variable: value})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [f"llmgw: configuration error: {variable}: {words}"]
