@@ -12,7 +12,7 @@ which ``heartbeats_flushed`` brings here (:func:`settle_prefetched`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -80,13 +80,21 @@ def _warmest_last(m: CatalogModel, names: list[str]) -> list[str]:
 
 def holders(m: CatalogModel) -> set[str]:
     """The nodes whose last report shows a complete copy of the model's weights."""
-    if not m.source:
-        return set()
-    out = set()
+    return holders_of([m])[m.pk]
+
+
+def holders_of(models: Iterable[CatalogModel]) -> dict[int, set[str]]:
+    """:func:`holders` of several models by id, reading the fleet's weights once (one query, whatever their number)."""
+    models = list(models)
+    out: dict[int, set[str]] = {m.pk: set() for m in models}
+    sourced = [m for m in models if m.source]
+    if not sourced:
+        return out
     for node, weights in Node.objects.filter(lost=False).exclude(weights__isnull=True).values_list("name", "weights"):
-        complete = (w for w in weights or [] if isinstance(w, dict) and not w.get("incomplete"))
-        if any(source_refers_to(m.source, w) for w in complete):
-            out.add(node)
+        complete = [w for w in weights or [] if isinstance(w, dict) and not w.get("incomplete")]
+        for m in sourced:
+            if any(source_refers_to(m.source, w) for w in complete):
+                out[m.pk].add(node)
     return out
 
 

@@ -19,11 +19,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from catalog.models import CatalogModel
 from catalog.prefetch import holders as weight_holders
+from catalog.prefetch import holders_of as weight_holders_of
 from catalog.reads import model_rows, model_view
 from core.config import number
 from inventory.devices import mig_label
@@ -202,16 +204,23 @@ def _progress(shard: Shard | None) -> coldstart.Progress:
 
 
 def start_view(
-    model: CatalogModel, replica: Replica | None, shard: Shard | None, samples: list[coldstart.Sample]
+    model: CatalogModel,
+    replica: Replica | None,
+    shard: Shard | None,
+    samples: list[coldstart.Sample],
+    held: set[str] | None = None,
 ) -> dict[str, Any]:
-    """Where one replica's start stands (``shard`` its rank 0, None before it is placed) and what it should take."""
+    """Where one replica's start stands (``shard`` its rank 0, None before it is placed) and what it should take.
+
+    ``held``: the nodes holding the model's weights, when the caller has read them (else read here).
+    """
     node = shard.node.name if shard else None
     progress = _progress(shard)
     local = (shard.phases or {}).get("weights_local") if shard else None
     if local is not None:
         holds = bool(local)  # the agent said, once its fetch was over
     else:
-        held = weight_holders(model)
+        held = weight_holders(model) if held is None else held
         holds = node in held if node else bool(held)
     load_default, fetch_default = start_defaults()
     est = coldstart.estimate(samples, node, holds, default_load_s=load_default, default_fetch_s=fetch_default)
@@ -253,17 +262,43 @@ def cold_start(model_id: int) -> dict[str, Any] | None:
 
 
 def _starts(replicas: list[Replica]) -> dict[str, dict[str, Any]]:
-    """The start view of each replica still starting, for the replica list (queries only for those)."""
-    out = {}
-    samples: dict[tuple[int, str], list[coldstart.Sample]] = {}
-    for r in replicas:
-        if r.state not in (ReplicaState.PENDING, ReplicaState.STARTING):
-            continue
-        key = (r.model_id, r.profile_name)
-        if key not in samples:
-            samples[key] = start_samples(*key)
-        shard = r.shards.select_related("node").filter(rank=0).first()
-        out[r.pk] = start_view(r.model, r, shard, samples[key])
+    """The start view of each replica still starting, for the replica list.
+
+    Three queries for all of them together (their rank 0 shards, their
+    models' recent starts, the nodes holding their weights), none when no
+    replica is starting: a cold-start storm of hundreds of replicas must not
+    make the list cost a query each.
+    """
+    starting = [r for r in replicas if r.state in (ReplicaState.PENDING, ReplicaState.STARTING)]
+    if not starting:
+        return {}
+    rank0 = {
+        s.replica_id: s
+        for s in Shard.objects.filter(replica__in=[r.pk for r in starting], rank=0).select_related("node")
+    }
+    samples = _samples_of({r.model_id for r in starting})
+    held = weight_holders_of({r.model_id: r.model for r in starting}.values())
+    return {
+        r.pk: start_view(r.model, r, rank0.get(r.pk), samples.get((r.model_id, r.profile_name), []), held[r.model_id])
+        for r in starting
+    }
+
+
+def _samples_of(model_ids: set[int]) -> dict[tuple[int, str], list[coldstart.Sample]]:
+    """:func:`start_samples` of every profile of these models, by (model id, profile): one query."""
+    newest = Window(
+        RowNumber(), partition_by=[F("model_id"), F("profile_name")], order_by=[F("at").desc(), F("id").desc()]
+    )
+    rows = (
+        ColdStart.objects.filter(model_id__in=model_ids)
+        .annotate(n=newest)
+        .filter(n__lte=SAMPLES)
+        .order_by("model_id", "profile_name", "n")
+        .values_list("model_id", "profile_name", "node", "fetch_s", "load_s", "weights_local")
+    )
+    out: dict[tuple[int, str], list[coldstart.Sample]] = defaultdict(list)
+    for model_id, profile, node, fetch_s, load_s, local in rows:
+        out[(model_id, profile)].append(coldstart.Sample(node, fetch_s, load_s, local))
     return out
 
 

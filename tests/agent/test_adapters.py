@@ -71,7 +71,19 @@ def test_sglang_starts_with_lora_paths_and_llamacpp_with_a_config_file(tmp_path:
     assert llamacpp.lora_slots(s) == 2 and llamacpp.LORA and not getattr(llamacpp, "RUNTIME_LORA", False)
     # Without adapters the command line is as it always was, and no file is written.
     plain = llamacpp.command(spec(engine="llamacpp", engine_args=args), "/w/m.gguf", 1, "h", run_dir=tmp_path / "p")
-    assert plain[3:] == [*args, "--model", "/w/m.gguf", "--model_alias", "llama", "--host", "h", "--port", "1"]
+    assert plain[3:] == [
+        "--interrupt_requests",
+        "False",
+        *args,
+        "--model",
+        "/w/m.gguf",
+        "--model_alias",
+        "llama",
+        "--host",
+        "h",
+        "--port",
+        "1",
+    ]
     assert not (tmp_path / "p").exists()
 
 

@@ -110,9 +110,11 @@ def test_patroni_members_are_shown_and_its_failure_said(operator, fleet, monkeyp
 
 
 # The node listing: the token, problem GPUs, GPUs, IB ports (listed per node, as in the seeds), shards,
-# domains, nodes. The summary also reads the autoscaler's rows, the prefetches and the open partitions, and
-# a node's page its held cards and health actions: one query each, whatever the fleet's size.
-QUERY_BUDGET = {"/api/v1/summary": 24, "/api/v1/nodes": 7, "/api/v1/nodes/hgx-000": 10, "/api/v1/replicas": 5}
+# domains, nodes. The summary also reads the autoscaler's rows, the prefetches, the open partitions and the
+# models' LoRA adapters, and a node's page its held cards and health actions: one query each, whatever the
+# fleet's size. The replica list reads three more while any replica is starting (their rank 0 shards, their
+# models' recent starts, the nodes holding their weights), however many are starting.
+QUERY_BUDGET = {"/api/v1/summary": 25, "/api/v1/nodes": 7, "/api/v1/nodes/hgx-000": 10, "/api/v1/replicas": 8}
 
 
 def queries(client, path) -> int:
@@ -130,9 +132,11 @@ def test_a_bigger_fleet_takes_no_more_queries(operator, fleet, path, django_asse
     operator.get(path)  # the token's first use of the minute writes last_used_at; count the requests after it
     before = queries(operator, path)
     model = CatalogModel.objects.get(name="llama-8b")
-    for sim in ingest_fleet("h100-hgx:12@south,a100-mig:3", prefix="more-"):
+    for i, sim in enumerate(ingest_fleet("h100-hgx:12@south,a100-mig:3", prefix="more-")):
         if sim.kind == "h100-hgx":
             place(model, sim.name, [0, 1, 2])
+            # Starting ones too: each has a start view (its shard, its model's starts, who holds its weights).
+            place(model, sim.name, [4, 5], state="starting", shard_state="starting" if i % 2 else "fetching")
     assert queries(operator, path) == before
     with django_assert_max_num_queries(QUERY_BUDGET[path]):
         operator.get(path)
