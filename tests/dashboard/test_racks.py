@@ -127,3 +127,14 @@ def test_a_rack_of_other_shape_is_drawn_too():
     xs = [c.x for c in rack.trays[0].chips]
     assert len(xs) == 8 and xs == sorted(xs)
     assert xs[-1] + rack.trays[0].chips[-1].w < rack.trays[0].imex_x, "eight chips still leave room for the IMEX light"
+
+
+def test_the_racks_numbers_are_drawn_unlocalized_whatever_the_locale(settings):
+    from django.utils import translation
+
+    settings.USE_THOUSAND_SEPARATOR = True
+    rack = {"width": 1234.5, "height": 2000, "band": (8, 9, 1000.25, 4), "trays": []}
+    with translation.override("de"):
+        svg = render_to_string("dashboard/rack.svg", {"rack": rack})
+    assert 'viewBox="0 0 1234.5 2000" width="1234.5" height="2000"' in svg
+    assert 'x="8" y="9" width="1000.25" height="4"' in svg and svg.endswith("</svg>\n")
