@@ -138,3 +138,31 @@ def test_the_racks_numbers_are_drawn_unlocalized_whatever_the_locale(settings):
         svg = render_to_string("dashboard/rack.svg", {"rack": rack})
     assert 'viewBox="0 0 1234.5 2000" width="1234.5" height="2000"' in svg
     assert 'x="8" y="9" width="1000.25" height="4"' in svg and svg.endswith("</svg>\n")
+
+
+# A tray's chips as rack.svg's loop over them drew them before the console's chips_svg filter did.
+CHIP_LOOP = """{% load l10n %}{% localize off %}
+    {% for chip in chips %}
+    <g class="chip" data-gpu="{{ chip.gpu }}" data-state="{{ chip.state }}"{% if not chip.healthy %} data-unhealthy="1"{% endif %}>
+      <title>{{ chip.title }}</title>
+      <rect class="halo" x="{{ chip.halo.0 }}" y="{{ chip.halo.1 }}" width="{{ chip.halo.2 }}" height="{{ chip.halo.3 }}" rx="3"/>
+      <rect class="die" x="{{ chip.x }}" y="{{ chip.y }}" width="{{ chip.w }}" height="{{ chip.h }}" rx="2"/>
+    </g>
+    {% endfor %}
+{% endlocalize %}"""  # noqa: E501
+
+
+def test_the_chips_filter_draws_the_bytes_the_template_loop_drew(nvl72):
+    from django.template import engines
+
+    from dashboard.racks import Chip
+    from dashboard.templatetags.console import chips_svg
+
+    F.tray_leave(nvl72["nvl72-00-tray-00"])
+    ingest(nvl72["nvl72-00-tray-00"])
+    rack = rack_of(nvlink_report())
+    chips = [c for t in rack.trays for c in t.chips]
+    chips.append(Chip(gpu='odd<&"> /1', label="1", state="down", x=1.5, y=2, w=10.25, h=3, healthy=False, title="a&b"))
+    loop = engines["django"].from_string(CHIP_LOOP).render({"chips": chips})
+    assert loop == "\n    " + chips_svg(chips) + "\n"
+    assert any(not c.healthy for c in chips) and len(chips) == 73
