@@ -189,6 +189,13 @@ class GPU(models.Model):
                 condition=Q(parent_index__isnull=True) | ~Q(parent_index=F("index")), name="gpu_not_own_parent"
             ),
         ]
+        # The MIG instances alone, by node and card: the device counts (inventory.reads.gpu_counts) find
+        # the carved cards here rather than scanning every card of the fleet for the few that are carved.
+        indexes = [
+            models.Index(
+                fields=["node", "parent_index"], condition=Q(parent_index__isnull=False), name="gpu_mig_by_card"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node.name}/{self.label}"

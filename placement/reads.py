@@ -27,6 +27,7 @@ from catalog.models import CatalogModel
 from catalog.prefetch import holders as weight_holders
 from catalog.prefetch import holders_of as weight_holders_of
 from catalog.reads import model_rows, model_view
+from core import cycles
 from core.config import number
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
@@ -53,10 +54,30 @@ def gpu_holders() -> QuerySet:
     return Shard.objects.order_by().values_list("node_id", "gpu_indices")
 
 
+# What the replica list reads of each replica's model, profile and NVLink domain: their other columns
+# (the model's and profile's JSON above all) were decoded once per replica and never shown. A starting
+# replica's start view reads the model's name and source, as cold_start does.
+_LISTED_RELATED = (
+    "model__name",
+    "model__source",
+    "profile__fingerprint",
+    "nvlink_domain__cluster_uuid",
+    "nvlink_domain__clique_id",
+)
+
+
 def replica_list(model: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
     """Every replica (or one model's) with its shards and any download in flight."""
-    now = now or timezone.now()
-    replicas = Replica.objects.select_related("model", "profile", "nvlink_domain").order_by("model__name", "created_at")
+    with cycles.uncollected():
+        return _replica_list(model, now or timezone.now())
+
+
+def _replica_list(model: str | None, now: datetime) -> list[dict[str, Any]]:
+    replicas = (
+        Replica.objects.select_related("model", "profile", "nvlink_domain")
+        .only(*(f.name for f in Replica._meta.concrete_fields), *_LISTED_RELATED)
+        .order_by("model__name", "created_at")
+    )
     if model:
         replicas = replicas.filter(model__name=model)
     replicas = list(replicas)

@@ -109,3 +109,30 @@ def test_explain_refusals(operator, model):
     missing = operator.get("/api/v1/explain-placement")
     assert missing.status_code == 400 and "?model=NAME" in missing.json()["error"]
     assert operator.get("/api/v1/explain-placement?model=nope").status_code == 404
+
+
+def test_the_replica_list_reads_a_fixed_number_of_queries_however_many_replicas(
+    operator, model, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    place(model, "hgx-000", [0])
+    with CaptureQueriesContext(connection) as one:
+        operator.get("/api/v1/replicas")
+    ingest_fleet("h100-hgx:4@south", prefix="more-")
+    for node in Node.objects.filter(name__startswith="more-"):
+        place(model, node.name, [0, 1])
+        place(model, node.name, [2])
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        views = operator.get("/api/v1/replicas").json()
+    assert len(views) == 9 and {v["model"] for v in views} == {model.name}
+
+
+def test_the_replica_list_leaves_the_cycle_collector_as_it_found_it(operator, model):
+    import gc
+
+    place(model, "hgx-000", [0])
+    assert gc.isenabled()
+    assert operator.get("/api/v1/replicas").status_code == 200
+    assert gc.isenabled()

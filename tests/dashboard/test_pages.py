@@ -261,6 +261,43 @@ def test_the_node_list_reads_a_fixed_number_of_queries_however_many_nodes(operat
         operator.get("/admin/nodes/live")
 
 
+def test_the_fleet_page_reads_a_fixed_number_of_queries_however_many_nodes(operator, db, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ingest_fleet("h100-hgx:2")
+    with CaptureQueriesContext(connection) as few:
+        operator.get("/admin/fleet/live")
+    ingest_fleet("gb200-nvl72:1,h100-hgx:6,a100-mig:2,cpu:1", prefix="more-")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = operator.get("/admin/fleet/live").content.decode()
+    assert page.count('<a class="tile" href=') == 2 + 18 + 6 + 2 + 1
+
+
+# The strip of tiles as the fleet fragment's template loop drew it before the view built it.
+TILE_LOOP = (
+    "{% for n in nodes %}"
+    '<a class="tile" href="{% url \'admin:console-node\' n.id %}" data-node="{{ n.id }}" '
+    'data-condition="{{ n.condition }}" title="{{ n.id }}: {{ n.condition }}'
+    "{% if n.gpu_total %}, {{ n.gpu_free }}/{{ n.gpu_total }} devices free{% endif %}"
+    '{% if n.nvlink_domain %}, NVLink {{ n.nvlink_domain }}{% endif %}"></a>'
+    "{% endfor %}"
+)
+
+
+def test_the_fleet_pages_tiles_are_the_bytes_the_template_loop_drew(db):
+    from django.template import engines
+
+    from dashboard.views import fleet as view
+
+    sims = ingest_fleet("gb200-nvl72:1,h100-hgx:2,a100-mig:1,cpu:1")
+    Node.objects.filter(name="cpu-00").update(reachable=False)
+    nodes = view.context()["nodes"]
+    nodes.append({"id": "odd<&\"'> name", "condition": "ready", "gpu_total": 8, "gpu_free": 2, "nvlink_domain": "a&b"})
+    assert str(view.tiles(nodes)) == engines["django"].from_string(TILE_LOOP).render({"nodes": nodes})
+    assert len(nodes) == len(sims) + 1 and any(n.get("nvlink_domain") for n in nodes)
+
+
 def test_a_fabric_without_a_scan_says_so_and_one_with_a_scan_is_drawn_with_our_adapters(operator, fleet):
     fabric = fabric_id()
     page = operator.get(f"/admin/fabrics/{fabric}/").content.decode()

@@ -127,3 +127,42 @@ def test_a_rack_of_other_shape_is_drawn_too():
     xs = [c.x for c in rack.trays[0].chips]
     assert len(xs) == 8 and xs == sorted(xs)
     assert xs[-1] + rack.trays[0].chips[-1].w < rack.trays[0].imex_x, "eight chips still leave room for the IMEX light"
+
+
+def test_the_racks_numbers_are_drawn_unlocalized_whatever_the_locale(settings):
+    from django.utils import translation
+
+    settings.USE_THOUSAND_SEPARATOR = True
+    rack = {"width": 1234.5, "height": 2000, "band": (8, 9, 1000.25, 4), "trays": []}
+    with translation.override("de"):
+        svg = render_to_string("dashboard/rack.svg", {"rack": rack})
+    assert 'viewBox="0 0 1234.5 2000" width="1234.5" height="2000"' in svg
+    assert 'x="8" y="9" width="1000.25" height="4"' in svg and svg.endswith("</svg>\n")
+
+
+# A tray's chips as rack.svg's loop over them drew them before the console's chips_svg filter did.
+CHIP_LOOP = """{% load l10n %}{% localize off %}
+    {% for chip in chips %}
+    <g class="chip" data-gpu="{{ chip.gpu }}" data-state="{{ chip.state }}"{% if not chip.healthy %} data-unhealthy="1"{% endif %}>
+      <title>{{ chip.title }}</title>
+      <rect class="halo" x="{{ chip.halo.0 }}" y="{{ chip.halo.1 }}" width="{{ chip.halo.2 }}" height="{{ chip.halo.3 }}" rx="3"/>
+      <rect class="die" x="{{ chip.x }}" y="{{ chip.y }}" width="{{ chip.w }}" height="{{ chip.h }}" rx="2"/>
+    </g>
+    {% endfor %}
+{% endlocalize %}"""  # noqa: E501
+
+
+def test_the_chips_filter_draws_the_bytes_the_template_loop_drew(nvl72):
+    from django.template import engines
+
+    from dashboard.racks import Chip
+    from dashboard.templatetags.console import chips_svg
+
+    F.tray_leave(nvl72["nvl72-00-tray-00"])
+    ingest(nvl72["nvl72-00-tray-00"])
+    rack = rack_of(nvlink_report())
+    chips = [c for t in rack.trays for c in t.chips]
+    chips.append(Chip(gpu='odd<&"> /1', label="1", state="down", x=1.5, y=2, w=10.25, h=3, healthy=False, title="a&b"))
+    loop = engines["django"].from_string(CHIP_LOOP).render({"chips": chips})
+    assert loop == "\n    " + chips_svg(chips) + "\n"
+    assert any(not c.healthy for c in chips) and len(chips) == 73

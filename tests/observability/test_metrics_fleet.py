@@ -247,3 +247,11 @@ def test_an_extra_source_is_scraped_and_a_broken_one_costs_only_itself(monkeypat
     assert scrape.value("llmgw_gateway_requests_total", model="llama", status="200") == 12.0
     assert scrape.by("llmgw_metrics_source_up", "source") == {("gateway",): 1.0, ("usage",): 0.0}
     assert "llmgw_gpus" in scrape.families
+
+
+def test_the_scrape_leaves_the_cycle_collector_as_it_found_it(sims):
+    import gc
+
+    assert gc.isenabled()
+    assert b"llmgw_gpus" in metrics.exposition()
+    assert gc.isenabled()
