@@ -412,6 +412,21 @@ def ensure_flusher() -> None:
             _flusher.start()
 
 
+def stop_flusher(timeout_s: float = 10.0) -> None:
+    """Stop this process's flusher after one last flush, so the beats queued before a stop are written.
+
+    A server calls it once it has stopped taking requests (llmgw.serve, after
+    daphne returns from SIGTERM): the flusher thread is a daemon, and without
+    this the last second of heartbeats would end with the process.
+    """
+    global _flusher
+    with _flusher_lock:
+        flusher, _flusher = _flusher, None
+    if flusher is not None and flusher.is_alive():
+        flusher.stopping.set()
+        flusher.join(timeout_s)
+
+
 def now() -> datetime:
     return timezone.now()
 
