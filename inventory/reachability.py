@@ -27,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Q
 
 from inventory import failure_rules
 from inventory.models import GPU, FleetEvent, Node, NodeState
 from inventory.reads import flaps
-from inventory.writes import partitions
+from inventory.writes import node_locks, partitions
 from inventory.writes.states import set_node_state
 
 GRACE_S = 20.0
@@ -99,18 +100,36 @@ def _members(domain_ids) -> dict[int, set[int]]:
 
 
 def _mark_unreachable(now: datetime, grace_s: float, result: SweepResult) -> list[Node]:
-    silent = list(
-        Node.objects.filter(reachable=True).filter(
-            Q(last_seen__lt=now - timedelta(seconds=grace_s)) | Q(last_seen__isnull=True)
-        )
-    )
-    if silent:
-        Node.objects.filter(pk__in=[n.pk for n in silent]).update(reachable=False, unreachable_since=now)
-        # One row per silence: what flaps are counted from.
-        FleetEvent.objects.bulk_create(
-            [FleetEvent(kind=FleetEvent.Kind.NODE_UNREACHABLE, node=n, subject=n.name, started_at=now) for n in silent]
-        )
-        result.unreachable = [n.name for n in silent]
+    """The nodes silent past ``grace``, locked in id order and read under the lock, marked unreachable.
+
+    Locked first (inventory/writes/node_locks.py) so that this and the
+    heartbeat flusher never hold halves of each other's rows; read under the
+    lock so that a node whose beat was written while this waited is not
+    marked silent on what was there before.
+    """
+
+    def mark() -> list[Node]:
+        with transaction.atomic():
+            silent = list(
+                node_locks.locked(
+                    Node.objects.filter(reachable=True).filter(
+                        Q(last_seen__lt=now - timedelta(seconds=grace_s)) | Q(last_seen__isnull=True)
+                    )
+                )
+            )
+            if silent:
+                Node.objects.filter(pk__in=[n.pk for n in silent]).update(reachable=False, unreachable_since=now)
+                # One row per silence: what flaps are counted from.
+                FleetEvent.objects.bulk_create(
+                    [
+                        FleetEvent(kind=FleetEvent.Kind.NODE_UNREACHABLE, node=n, subject=n.name, started_at=now)
+                        for n in silent
+                    ]
+                )
+        return silent
+
+    silent = node_locks.once_more_on_deadlock(mark, "marking nodes unreachable")
+    result.unreachable = [n.name for n in silent]
     return silent
 
 
@@ -203,12 +222,24 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
         patience = domain_lost_after_s if by_node.get(node.pk, set()) & dark else lost_after_s
         if now - node.unreachable_since >= timedelta(seconds=patience):
             lost.append(node)
-    if lost:
-        Node.objects.filter(pk__in=[n.pk for n in lost]).update(lost=True)
-        FleetEvent.objects.bulk_create(
-            [FleetEvent(kind=FleetEvent.Kind.NODE_LOST, node=n, subject=n.name, started_at=now) for n in lost]
-        )
-        result.lost = [n.name for n in lost]
+    if not lost:
+        return
+
+    def mark() -> list[Node]:
+        # Locked in id order and read again under the lock, like the silent above: a node that beat
+        # while this was deciding is reachable now, and stays so.
+        with transaction.atomic():
+            still = list(
+                node_locks.locked(Node.objects.filter(pk__in=[n.pk for n in lost], reachable=False, lost=False))
+            )
+            if still:
+                Node.objects.filter(pk__in=[n.pk for n in still]).update(lost=True)
+                FleetEvent.objects.bulk_create(
+                    [FleetEvent(kind=FleetEvent.Kind.NODE_LOST, node=n, subject=n.name, started_at=now) for n in still]
+                )
+        return still
+
+    result.lost = [n.name for n in node_locks.once_more_on_deadlock(mark, "marking nodes lost")]
 
 
 def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> None:

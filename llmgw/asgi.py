@@ -16,6 +16,7 @@ from core import tracing  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi import GatewayApp  # noqa: E402
 from gateway.tracing import traced  # noqa: E402
+from inventory.writes import heartbeats  # noqa: E402
 from llmgw.listeners import ListenerRouter  # noqa: E402
 
 
@@ -46,3 +47,8 @@ application = ListenerRouter(
     gateway_port=settings.LLMGW_GATEWAY_ADDR.port,
     gateway_app=traced(GatewayApp()),
 )
+
+
+def stopped() -> None:
+    """What a server of this application does once it takes no more requests: write the heartbeats still queued."""
+    heartbeats.stop_flusher()

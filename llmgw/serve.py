@@ -173,21 +173,25 @@ def announce(cfg: config.Config, written: list) -> None:
 
 
 def run_server(cfg: config.Config) -> None:
-    """Daphne on the admin listener, in this process, until a signal stops it."""
+    """Daphne on the admin listener, in this process, until a signal stops it; then the last heartbeats written."""
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
 
-    from llmgw.asgi import application
+    from llmgw.asgi import application, stopped
 
     endpoints = build_endpoint_description_strings(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
-    Server(
-        application=application,
-        endpoints=endpoints,
-        signal_handlers=True,
-        verbosity=0,
-        server_name="llmgw",
-        application_close_timeout=5,
-    ).run()
+    try:
+        Server(
+            application=application,
+            endpoints=endpoints,
+            signal_handlers=True,
+            verbosity=0,
+            server_name="llmgw",
+            application_close_timeout=5,
+        ).run()
+    finally:
+        # Daphne has stopped taking requests: the beats it queued are written before this process ends.
+        stopped()
 
 
 def main(argv: list[str]) -> int:

@@ -46,6 +46,7 @@ from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node
 from inventory.report_schema import heartbeat_problems, report_problems
 from inventory.signals import HeartbeatTables, heartbeat_answers_wanted, heartbeats_flushed
+from inventory.writes import node_locks
 
 log = logging.getLogger(__name__)
 
@@ -217,39 +218,23 @@ class HeartbeatDesk:
         return answer
 
     def flush(self) -> FlushResult:
-        """Write every queued heartbeat: one read and one batch of updates, however many there are."""
+        """Write every queued heartbeat: one read and one batch of updates, however many there are.
+
+        The batch's rows are locked in ascending id (inventory/writes/node_locks.py)
+        before they are written, so the flush and the reachability sweep never
+        cross; a batch chosen as a deadlock's victim anyway is written once more,
+        and one that still fails goes back in the queue for the next flush — a
+        heartbeat is not dropped because the database said no once.
+        """
         with self.lock:
             pending, self.pending = self.pending, {}
-        result = FlushResult()
         if not pending:
-            return result
-        known = {
-            pk: (name, digest, reachable, lost, shard_status)
-            for pk, name, digest, reachable, lost, shard_status in Node.objects.filter(pk__in=pending).values_list(
-                "pk", "name", "credential_digest", "reachable", "lost", "shard_status"
-            )
-        }
-        rows = []
-        shard_reports: list[tuple[int, str, list]] = []
-        for pk, (digest, beat) in pending.items():
-            node = known.get(pk)
-            if node is None or node[1] != digest:
-                result.revoked += 1
-                with self.lock:
-                    self.nodes.pop(digest, None)
-                continue
-            name, _, reachable, lost, shard_status = node
-            if not reachable or lost:
-                result.came_back.append((pk, name))
-            reported = beat.fields.get("shard_status")
-            if reported and reported != shard_status:
-                shard_reports.append((pk, name, reported))
-            rows.append(_update_row(pk, digest, beat))
-        if rows:
-            # One transaction: one commit for the batch, not one per node.
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.executemany(_update_sql(), rows)
-        result.written = len(rows)
+            return FlushResult()
+        try:
+            result, shard_reports = node_locks.once_more_on_deadlock(lambda: self._write(pending), "a heartbeat flush")
+        except Exception:
+            self._requeue(pending)
+            raise
         at = now_of(pending)
         self._mark_scans_pending(at)
         with self.lock:
@@ -267,6 +252,49 @@ class HeartbeatDesk:
                 at=at,
             )
         return result
+
+    def _write(self, pending: dict[int, tuple[str, Beat]]) -> tuple[FlushResult, list[tuple[int, str, list]]]:
+        """One transaction: lock the batch's nodes in id order, read them under the lock, write each beat."""
+        result = FlushResult()
+        shard_reports: list[tuple[int, str, list]] = []
+        rows = []
+        with transaction.atomic():
+            known = {
+                pk: (name, digest, reachable, lost, shard_status)
+                for pk, name, digest, reachable, lost, shard_status in node_locks.locked(
+                    Node.objects.filter(pk__in=pending)
+                ).values_list("pk", "name", "credential_digest", "reachable", "lost", "shard_status")
+            }
+            for pk, (digest, beat) in sorted(pending.items()):
+                node = known.get(pk)
+                if node is None or node[1] != digest:
+                    result.revoked += 1
+                    with self.lock:
+                        self.nodes.pop(digest, None)
+                    continue
+                name, _, reachable, lost, shard_status = node
+                if not reachable or lost:
+                    result.came_back.append((pk, name))
+                reported = beat.fields.get("shard_status")
+                if reported and reported != shard_status:
+                    shard_reports.append((pk, name, reported))
+                rows.append(_update_row(pk, digest, beat))
+            if rows:
+                # One transaction: one commit for the batch, not one per node.
+                with connection.cursor() as cursor:
+                    cursor.executemany(_update_sql(), rows)
+        result.written = len(rows)
+        return result, shard_reports
+
+    def _requeue(self, pending: dict[int, tuple[str, Beat]]) -> None:
+        """Put a batch that could not be written back in the queue, under anything newer from the same node."""
+        with self.lock:
+            for pk, (digest, beat) in pending.items():
+                newer = self.pending.get(pk)
+                if newer is None:
+                    self.pending[pk] = (digest, beat)
+                else:
+                    self.pending[pk] = (newer[0], Beat(newer[1].last_seen, {**beat.fields, **newer[1].fields}))
 
     def _mark_scans_pending(self, at: datetime | None) -> None:
         with self.lock:
@@ -362,7 +390,7 @@ class Flusher(threading.Thread):
             result = self.target.flush()
             self.target.refresh_shards()
         except Exception:
-            log.exception("heartbeat flush failed; those heartbeats are lost, the next ones will do")
+            log.exception("heartbeat flush failed; its heartbeats are queued again for the next flush")
             return
         finally:
             close_old_connections()
@@ -382,6 +410,21 @@ def ensure_flusher() -> None:
         if _flusher is None or not _flusher.is_alive():
             _flusher = Flusher(desk, flush_interval_s())
             _flusher.start()
+
+
+def stop_flusher(timeout_s: float = 10.0) -> None:
+    """Stop this process's flusher after one last flush, so the beats queued before a stop are written.
+
+    A server calls it once it has stopped taking requests (llmgw.serve, after
+    daphne returns from SIGTERM): the flusher thread is a daemon, and without
+    this the last second of heartbeats would end with the process.
+    """
+    global _flusher
+    with _flusher_lock:
+        flusher, _flusher = _flusher, None
+    if flusher is not None and flusher.is_alive():
+        flusher.stopping.set()
+        flusher.join(timeout_s)
 
 
 def now() -> datetime:

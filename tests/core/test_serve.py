@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -263,6 +264,39 @@ def test_the_gateway_processes_end_when_llmgw_serve_is_killed(tmp_path):
         while [p for p in gateways if alive(p)] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in gateways if alive(p)], "a gateway process outlived llmgw serve"
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+def test_a_heartbeat_queued_when_sigterm_comes_is_written_before_serve_ends(tmp_path):
+    """The flusher writes once an interval; a stop between two writes still writes what was queued."""
+    server = Server(tmp_path, LLMGW_HEARTBEAT_FLUSH_S="3600")
+    try:
+        server.wait_ready()
+        join = (server.data / "join-token").read_text().strip()
+        registered = httpx.post(
+            f"http://{server.admin}/api/v1/agent/register",
+            json={"name": "tray-01", "machine_id": "m-1"},
+            headers={"Authorization": f"Bearer {join}"},
+        )
+        assert registered.status_code in (200, 201), registered.text
+        credential = registered.json()["credential"]
+        beat = httpx.post(
+            f"http://{server.admin}/api/v1/agent/heartbeat",
+            json={"load": {"cpu_percent": 42.0}},
+            headers={"Authorization": f"Bearer {credential}"},
+        )
+        assert beat.status_code == 200, beat.text
+        database = server.data / "llmgw.sqlite3"
+
+        def load() -> str | None:
+            with sqlite3.connect(database) as conn:
+                return conn.execute("SELECT load FROM inventory_node WHERE name = 'tray-01'").fetchone()[0]
+
+        assert "42.0" not in str(load()), "queued, not yet written: the interval is an hour"
+        assert server.stop() == 0
+        assert json.loads(load()) == {"cpu_percent": 42.0}
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
