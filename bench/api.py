@@ -16,13 +16,14 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import djangodb
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_api")
@@ -49,18 +50,7 @@ def spec_for(nodes: int) -> str:
 
 
 def setup_django() -> None:
-    os.environ.update(
-        LLMGW_DATA_DIR=tempfile.mkdtemp(prefix="llmgw-bench-api-"),
-        LLMGW_DATABASE_URL=f"{PG}/{DB}",
-        DJANGO_SETTINGS_MODULE="llmgw.settings",
-    )
-    os.environ.pop("LLMGW_REDIS_URL", None)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    djangodb.setup_django(f"{PG}/{DB}", "llmgw-bench-api-")
 
 
 def build(nodes: int) -> tuple[int, int, float]:

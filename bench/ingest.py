@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import httpx
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.simulator.fleet import build_fleet
 from agent.simulator.runner import Simulation
-from bench.loadgen import Connection, encode_post
+from bench.loadgen import drive_fleet, encode_post
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = "llmgw_bench"
@@ -125,54 +124,19 @@ async def drive(admin: str, join: str, args, pid: int) -> None:
     beat_body = json.dumps({"load": {"cpu_percent": 12.5, "load1": 0.8}, "shards": []}).encode()
     beats = [encode_post(admin, "/api/v1/agent/heartbeat", cred, beat_body) for cred, _ in fleet]
     reports = [encode_post(admin, "/api/v1/agent/report", cred, body) for cred, body in fleet]
-    samples: dict[str, list[float]] = defaultdict(list)
-    errors: dict[str, int] = defaultdict(int)
-    stop_at = time.monotonic() + args.seconds
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def schedule() -> None:
-        """Each node beats every --heartbeat seconds and reports every --report, spread evenly."""
-        n = len(fleet)
-        every = max(1, round(args.report / args.heartbeat))
-        t0 = time.monotonic()
-
-        tick = 0
-        while time.monotonic() < stop_at:
-            due = t0 + tick * args.heartbeat / n
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            i = tick % n
-            cycle = tick // n
-            # A node sends its full report in place of a heartbeat once every report interval,
-            # nodes taking turns so that the reports are spread evenly too.
-            if (i + cycle) % every == 0:
-                queue.put_nowait(("report", reports[i], time.monotonic()))
-            else:
-                queue.put_nowait(("heartbeat", beats[i], time.monotonic()))
-            tick += 1
-
-    async def worker() -> None:
-        conn = Connection(host, int(port))
-        while True:
-            kind, request, queued = await queue.get()
-            try:
-                answer = await conn.send(request)
-                if answer.status != 200:
-                    errors[kind] += 1
-                # Latency counts from when the request was due: time spent waiting for a
-                # free connection is time the server is behind.
-                samples[kind].append(time.monotonic() - queued)
-            except (ConnectionError, OSError, asyncio.IncompleteReadError):
-                errors[kind] += 1
-                conn = Connection(host, int(port))
-            queue.task_done()
-
-    before, cpu_before, t0 = db_counters(), cpu_seconds(pid), time.monotonic()
-    workers = [asyncio.create_task(worker()) for _ in range(args.connections)]
-    await schedule()
-    await asyncio.wait_for(queue.join(), timeout=120)
-    elapsed, after, cpu_after = time.monotonic() - t0, db_counters(), cpu_seconds(pid)
-    for task in workers:
-        task.cancel()
+    before, cpu_before = db_counters(), cpu_seconds(pid)
+    run = await drive_fleet(
+        host,
+        int(port),
+        beats,
+        reports,
+        heartbeat_s=args.heartbeat,
+        report_s=args.report,
+        seconds=args.seconds,
+        connections=args.connections,
+    )
+    after, cpu_after = db_counters(), cpu_seconds(pid)
+    samples, errors, elapsed = run.samples, run.errors, run.elapsed
     report_results(args, samples, errors, elapsed, before, after, cpu_after - cpu_before)
 
 

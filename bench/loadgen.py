@@ -79,3 +79,79 @@ class Connection:
             await self.reader.readexactly(size + 2)  # the chunk and its CRLF
             if size == 0:
                 return
+
+
+@dataclass
+class FleetRun:
+    """What :func:`drive_fleet` saw: per kind ("heartbeat", "report"), each answer's seconds behind its due time."""
+
+    samples: dict[str, list[float]]
+    errors: dict[str, int]
+    elapsed: float
+
+
+async def drive_fleet(
+    host: str,
+    port: int,
+    beats: list[bytes],
+    reports: list[bytes],
+    *,
+    heartbeat_s: float,
+    report_s: float,
+    seconds: float,
+    connections: int,
+    drain_s: float = 120.0,
+) -> FleetRun:
+    """Each node beats every ``heartbeat_s`` and sends its full report every ``report_s``, spread evenly.
+
+    A node sends its report in place of a heartbeat once every report
+    interval, the nodes taking turns so that the reports are spread too.
+    Latency counts from when a request was due: time spent waiting for a free
+    connection is time the server is behind. What is still queued
+    ``drain_s`` after the schedule ends is counted under ``unanswered``.
+    """
+    samples: dict[str, list[float]] = {"heartbeat": [], "report": []}
+    errors: dict[str, int] = {}
+    queue: asyncio.Queue = asyncio.Queue()
+    n, every = len(beats), max(1, round(report_s / heartbeat_s))
+    stop_at = time.monotonic() + seconds
+
+    async def schedule() -> None:
+        t0, tick = time.monotonic(), 0
+        while time.monotonic() < stop_at:
+            due = t0 + tick * heartbeat_s / n
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            i, cycle = tick % n, tick // n
+            if (i + cycle) % every == 0:
+                queue.put_nowait(("report", reports[i], due))
+            else:
+                queue.put_nowait(("heartbeat", beats[i], due))
+            tick += 1
+
+    async def worker() -> None:
+        conn = Connection(host, port)
+        while True:
+            kind, request, due = await queue.get()
+            try:
+                answer = await conn.send(request)
+                if answer.status != 200:
+                    errors[kind] = errors.get(kind, 0) + 1
+                samples[kind].append(time.monotonic() - due)
+            except (ConnectionError, OSError, asyncio.IncompleteReadError):
+                errors[kind] = errors.get(kind, 0) + 1
+                conn = Connection(host, port)
+            queue.task_done()
+
+    t0 = time.monotonic()
+    workers = [asyncio.create_task(worker()) for _ in range(connections)]
+    await schedule()
+    try:
+        await asyncio.wait_for(queue.join(), timeout=drain_s)
+    except TimeoutError:
+        errors["unanswered"] = queue.qsize()
+    elapsed = time.monotonic() - t0
+    for task in workers:
+        task.cancel()
+    return FleetRun(samples, errors, elapsed)

@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,8 +53,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import djangodb
 from bench.ingest import cpu_seconds, free_port, pct
-from bench.loadgen import Connection, encode_post
+from bench.loadgen import Connection, drive_fleet, encode_post
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_scale")
@@ -84,18 +84,9 @@ def admin_sql(*statements: str) -> None:
 def setup_django() -> None:
     """Django in this process on DB, migrated once; TEMPLATE keeps the migrated, empty schema for each size."""
     admin_sql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}")
-    os.environ.update(
-        LLMGW_DATA_DIR=tempfile.mkdtemp(prefix="llmgw-bench-scale-"),
-        LLMGW_DATABASE_URL=f"{PG}/{DB}",
-        DJANGO_SETTINGS_MODULE="llmgw.settings",
-    )
-    os.environ.pop("LLMGW_REDIS_URL", None)
-    import django
-    from django.core.management import call_command
+    djangodb.setup_django(f"{PG}/{DB}", "llmgw-bench-scale-")
     from django.db import connections
 
-    django.setup()
-    call_command("migrate", verbosity=0)
     connections.close_all()
     admin_sql(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)", f"CREATE DATABASE {TEMPLATE} TEMPLATE {DB}")
 
@@ -252,51 +243,20 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
     beat_body = json.dumps({"load": {"cpu_percent": 12.5, "load1": 0.8}, "shards": []}).encode()
     beats = [encode_post(admin, "/api/v1/agent/heartbeat", c, beat_body) for c, _ in fleet]
     reports = [encode_post(admin, "/api/v1/agent/report", c, body) for c, body in fleet]
-    samples: dict[str, list[float]] = defaultdict(list)
-    errors: dict[str, int] = defaultdict(int)
-    queue: asyncio.Queue = asyncio.Queue()
     n, every = len(fleet), max(1, round(args.report / args.heartbeat))
-    stop_at = time.monotonic() + args.seconds
-
-    async def schedule() -> None:
-        t0, tick = time.monotonic(), 0
-        while time.monotonic() < stop_at:
-            due = t0 + tick * args.heartbeat / n
-            delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            i, cycle = tick % n, tick // n
-            if (i + cycle) % every == 0:
-                queue.put_nowait(("report", reports[i], due))
-            else:
-                queue.put_nowait(("heartbeat", beats[i], due))
-            tick += 1
-
-    async def worker() -> None:
-        conn = Connection(host, int(port))
-        while True:
-            kind, request, due = await queue.get()
-            try:
-                answer = await conn.send(request)
-                if answer.status != 200:
-                    errors[kind] += 1
-                samples[kind].append(time.monotonic() - due)
-            except (ConnectionError, OSError, asyncio.IncompleteReadError):
-                errors[kind] += 1
-                conn = Connection(host, int(port))
-            queue.task_done()
-
-    cpu0, client0, t0 = tree_cpu(pid), time.process_time(), time.monotonic()
-    workers = [asyncio.create_task(worker()) for _ in range(args.connections)]
-    await schedule()
-    try:
-        await asyncio.wait_for(queue.join(), timeout=120)
-    except TimeoutError:
-        errors["unanswered"] += queue.qsize()
-    elapsed = time.monotonic() - t0
+    cpu0, client0 = tree_cpu(pid), time.process_time()
+    run = await drive_fleet(
+        host,
+        int(port),
+        beats,
+        reports,
+        heartbeat_s=args.heartbeat,
+        report_s=args.report,
+        seconds=args.seconds,
+        connections=args.connections,
+    )
     (server, busiest), client = cpu_spent(cpu0, tree_cpu(pid)), time.process_time() - client0
-    for task in workers:
-        task.cancel()
+    samples, errors, elapsed = run.samples, run.errors, run.elapsed
     answered = len(samples["heartbeat"]) + len(samples["report"])
     wanted = n / args.heartbeat * (1 - 1 / every)
     return {
