@@ -188,7 +188,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Celery's and kombu's retries at a lost broker are one line when it goes and one when it is back.
+    "filters": {"outages": {"()": "core.outage.BrokerLogFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}},
     "root": {"handlers": ["console"], "level": "INFO"},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

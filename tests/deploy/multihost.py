@@ -115,6 +115,23 @@ class Cluster:
         for proc in reversed(self.procs):
             proc.stop()
 
+    # --- Redis ---------------------------------------------------------------------------------------
+
+    def start_redis(self) -> str:
+        """A redis-server of the cluster's own (the machine's may be shared, and scenario 4 stops this one)."""
+        if "redis" not in self.ports:
+            self.ports["redis"] = free_port()
+        port = self.ports["redis"]
+        # No snapshots and no append-only file: a restart comes back empty, as a Redis whose disk was lost would.
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.redis = self.start("redis", cmd)
+        wait_until(lambda: redis_answers(port), 30, "redis")
+        return f"redis://127.0.0.1:{port}/0"
+
+    def stop_redis(self) -> None:
+        self.redis.stop()
+        self.procs.remove(self.redis)
+
     # --- etcd and Patroni -------------------------------------------------------------------------
 
     def start_etcd(self) -> None:
@@ -311,6 +328,12 @@ def healthy(address: str) -> bool:
         return httpx.get(f"http://{address}/healthz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def redis_answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(16).startswith(b"+PONG")
 
 
 def leader_through(port: int) -> bool:
