@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # Below the metrics (a 503 is counted as one) and above everything that may query the database.
+    "core.errors.DatabaseDownMiddleware",
     "llmgw.listeners.GatewayListenerMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -194,6 +194,12 @@ class Cluster:
         env["HOME"] = str(self.root / name)
         self.start(f"patroni-{name}", ["patroni", str(path)], env=env, user=PG_USER)
 
+    def restart_patroni(self, name: str) -> None:
+        """A member's Patroni started again on its own configuration and data (after a kill)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LLMGW_"))}
+        env["HOME"] = str(self.root / name)
+        self.start(f"patroni-{name}-again", ["patroni", str(self.root / name / "patroni.yml")], env=env, user=PG_USER)
+
     def members(self) -> list[dict]:
         rest = self.ports["pg1-rest"]
         return httpx.get(f"http://127.0.0.1:{rest}/cluster", timeout=2).json()["members"]

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,11 +24,14 @@ from pathlib import Path
 import httpx
 import websocket
 
-from tests.deploy.multihost import Cluster, Host, free_port, wait_until
+from tests.deploy.multihost import SUPERUSER_PASSWORD, Cluster, Host, free_port, wait_until
 
 CLIENTS = 8
 LIMITED_RPM = 20
 """Requests a minute the ``limited`` team may make (scenario 4 counts them with Redis away)."""
+BUDGET_MICROS = 2000
+"""The ``budgeted`` team's budget: at a micro a token, about twenty of scenario 5's requests' reservations."""
+BUDGET_REQUESTS = 50
 CHECKOUT = str(Path(__file__).resolve().parents[2])
 
 
@@ -144,16 +148,21 @@ def populate(cluster: Cluster, nodes: int, heartbeat_s: float = 2) -> Fleet:
         f"replica(model('llama'), 'http://127.0.0.1:{port}')\n"
         "print('KEY=' + key())\n"
         "print('LIMITED=' + key(team='limited'))\n"
-        "from gateway.models import Team\n"
-        f"Team.objects.filter(name='limited').update(rpm={LIMITED_RPM})\n",
+        "from gateway.models import Budget, Team\n"
+        f"Team.objects.filter(name='limited').update(rpm={LIMITED_RPM})\n"
+        # A priced model on the same engine, and a team whose budget scenario 5 runs out.
+        f"replica(model('priced', price=(1_000_000, 1_000_000)), 'http://127.0.0.1:{port}')\n"
+        "print('BUDGETED=' + key(team='budgeted'))\n"
+        f"Budget.objects.create(scope='team', team=Team.objects.get(name='budgeted'), amount_micros={BUDGET_MICROS},"
+        " period='day')\n",
     )
-    found = dict(line.split("=", 1) for line in out.splitlines() if line.startswith(("KEY=", "LIMITED=")))
+    found = dict(line.split("=", 1) for line in out.splitlines() if line.startswith(("KEY=", "LIMITED=", "BUDGETED=")))
     key = found["KEY"]
     data = cluster.hosts[0].data
     fleet = Fleet(
         cluster, (data / "admin-token").read_text().strip(), (data / "join-token").read_text().strip(), key, nodes
     )
-    fleet.extra["limited"] = found["LIMITED"]
+    fleet.extra.update(limited=found["LIMITED"], budgeted=found["BUDGETED"])
     fleet.agents = cluster.start(
         "agents",
         [
@@ -196,7 +205,9 @@ class Clients:
                     answer = http.post(f"{self.url}/v1/chat/completions", json=body)
                     status: int | str = answer.status_code
                     if status != 200 and len(self.bodies.setdefault(status, [])) < 3:
-                        self.bodies[status].append(answer.text[:300])
+                        self.bodies[status].append(
+                            f"Retry-After {answer.headers.get('retry-after')}: {answer.text[:300]}"
+                        )
                 except httpx.HTTPError as exc:
                     status = type(exc).__name__
                 self.results.append((sent, time.monotonic(), status, client))
@@ -419,5 +430,175 @@ def redis_outage(fleet: Fleet, outage_s: float) -> tuple[Figures, dict]:
         ok - records,
         heard - restarted,
         f"live page heard again {heard - restarted:.1f} s after the restart",
+    )
+    return figures, seen
+
+
+def budgets_across_hosts(fleet: Fleet) -> tuple[Figures, dict]:
+    """Scenario 5: BUDGET_REQUESTS requests at once, half to each host's gateway, against one team budget."""
+    cluster = fleet.cluster
+    key = fleet.extra["budgeted"]
+    body = {"model": "priced", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+    start = threading.Barrier(BUDGET_REQUESTS)
+    statuses: list[int | str] = [0] * BUDGET_REQUESTS
+
+    def one(n: int) -> None:
+        host = cluster.hosts[n % 2]
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {key}"}) as http:
+            start.wait()
+            try:
+                statuses[n] = http.post(f"http://{host.gateway}/v1/chat/completions", json=body).status_code
+            except httpx.HTTPError as exc:
+                statuses[n] = type(exc).__name__
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(BUDGET_REQUESTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    accepted = statuses.count(200)
+    budget = "(select id from gateway_team where name = 'budgeted')"
+    query = f"select spent_micros, reserved_micros, amount_micros from gateway_budget where team_id = {budget}"
+    # Usage is flushed within a second; its reservations are given back with it.
+    wait_until(lambda: sql(cluster, query).split("|")[1] == "0", 30, "the reservations given back", 0.5)
+    spent, reserved, amount = (int(x) for x in sql(cluster, query).split("|"))
+    records, cost = (
+        int(x)
+        for x in sql(
+            cluster, f"select count(*), coalesce(sum(cost_micros), 0) from gateway_usagerecord where team_id = {budget}"
+        ).split("|")
+    )
+    seen = dict(statuses=statuses, spent=spent, reserved=reserved, amount=amount, records=records, cost=cost)
+    figures = Figures(
+        "5. one budget, both hosts",
+        BUDGET_REQUESTS,
+        sum(1 for s in statuses if s not in (200, 429)),
+        BUDGET_REQUESTS - records,
+        None,
+        f"{accepted} accepted, {statuses.count(429)} refused (429); spent {spent} of {amount} micros",
+    )
+    return figures, seen
+
+
+class HeartbeatWatch:
+    """Polls the newest heartbeat the database holds (every 0.5 s, through HAProxy), to see when beats land again."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.seen: list[tuple[float, float | None]] = []
+        """(when, the newest last_seen as epoch seconds, or None when the database did not answer)."""
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                value: float | None = float(
+                    sql(self.cluster, "select extract(epoch from max(last_seen)) from inventory_node")
+                )
+            except (AssertionError, subprocess.TimeoutExpired, ValueError):
+                value = None
+            self.seen.append((time.monotonic(), value))
+            self.stopping.wait(0.5)
+
+    def landed_after(self, at: float, wall: float) -> float | None:
+        """Seconds from ``at`` (monotonic) to the first poll showing a beat written after ``wall`` (epoch)."""
+        return next((t - at for t, v in self.seen if t > at and v is not None and v > wall), None)
+
+    def __enter__(self) -> HeartbeatWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+
+
+def leader(cluster: Cluster) -> str:
+    return next(m["name"] for m in cluster.members() if m["role"] == "leader")
+
+
+def patronictl(cluster: Cluster, *args: str) -> str:
+    config = cluster.root / "pg1" / "patroni.yml"
+    done = subprocess.run(["patronictl", "-c", str(config), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def llmgw_sessions(cluster: Cluster, member: str) -> int:
+    """Connections of llmgw's role held on ``member`` itself (not through HAProxy)."""
+    done = subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(cluster.ports[f"{member}-pg"]),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atc",
+            "select count(*) from pg_stat_activity where usename = 'llmgw'",
+        ],
+        env={**os.environ, "PGPASSWORD": SUPERUSER_PASSWORD, "PGCONNECT_TIMEOUT": "3"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return int(done.stdout.strip()) if done.returncode == 0 else -1
+
+
+def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figures, dict]:
+    """Scenario 3, one half: ``what`` is ``switchover`` (patronictl) or ``failover`` (the leader SIGKILLed)."""
+    cluster = fleet.cluster
+    # A leader and a synchronous standby first: after the switchover the old leader rejoins as one.
+    cluster.wait_replicated()
+    before_records = ok_records(cluster)
+    old = leader(cluster)
+    other = next(m["name"] for m in cluster.members() if m["name"] != old)
+    with HeartbeatWatch(cluster) as beats, Clients(fleet.gateway, fleet.key) as clients:
+        time.sleep(3)
+        at, wall = time.monotonic(), time.time()
+        if what == "switchover":
+            patronictl(cluster, "switchover", "--leader", old, "--candidate", other, "--force")
+        else:
+            # Patroni and its PostgreSQL together, as a host that lost power: the leader key runs out (ttl).
+            next(p for p in cluster.procs if p.name == f"patroni-{old}").kill(signal.SIGKILL)
+            postmaster = cluster.root / old / "data" / "postmaster.pid"
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+                os.kill(int(postmaster.read_text().split()[0]), signal.SIGKILL)
+        wait_until(lambda: leader(cluster) == other, 120, f"{other} leading", 0.5)
+        elected = time.monotonic() - at
+        wait_until(lambda: beats.landed_after(at, wall + elected), 120, "heartbeats written again", 0.5)
+        time.sleep(settle_s)
+        old_sessions = llmgw_sessions(cluster, old) if what == "switchover" else None
+    ok = clients.ok()
+    records = settled(cluster, before_records + ok) - before_records
+    after = [r for r in clients.results if r[1] >= at]
+    failed = [r for r in after if r[2] != 200]
+    last_failure = max((r[1] - at for r in failed), default=0.0)
+    beats_back = beats.landed_after(at, wall + elected)
+    seen = dict(
+        clients=clients,
+        ok=ok,
+        records=records,
+        old=old,
+        new=other,
+        elected_s=elected,
+        gateway_back_s=last_failure,
+        beats_back_s=beats_back,
+        old_sessions=old_sessions,
+        statuses=sorted({r[2] for r in failed}, key=str),
+        nodes=fleet.summary()["nodes"],
+    )
+    figures = Figures(
+        f"3. Patroni {what}",
+        len(clients.results),
+        len(failed),
+        ok - records,
+        max(last_failure, beats_back or 0.0),
+        f"{other} leading after {elected:.1f} s; gateway failing for {last_failure:.1f} s "
+        f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s",
     )
     return figures, seen

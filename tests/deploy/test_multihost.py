@@ -94,6 +94,34 @@ def test_redis_stopped_under_load(fleet):
     assert set(seen["tracebacks"].values()) == {0}, seen["tracebacks"]
 
 
+def test_budgets_hold_across_hosts(fleet):
+    """Scenario 5: requests at once through both hosts spend one team budget no further than it goes."""
+    figures, seen = scenarios.budgets_across_hosts(fleet)
+    print(f"\n{figures}\n{seen}")
+    assert set(seen["statuses"]) <= {200, 429} and 429 in seen["statuses"], seen["statuses"]
+    # Each request asks for at most 16 tokens, so its reservation covers it: nothing in flight can overrun.
+    assert seen["spent"] <= seen["amount"], seen
+    # Every request is recorded, the refused ones too; what the accepted cost is what the budget spent.
+    assert seen["records"] == len(seen["statuses"]) and seen["cost"] == seen["spent"], seen
+
+
+@pytest.mark.parametrize("what", ["switchover", "failover"])
+def test_the_database_changes_leader_under_load(fleet, what):
+    """Scenario 3: a Patroni switchover, then the new leader killed: 503 at most, nothing committed lost."""
+    figures, seen = scenarios.database_change(fleet, what)
+    print(f"\n{figures}\n{ {k: v for k, v in seen.items() if k != 'clients'} }\n{seen['clients'].bodies}")
+    if what == "failover":
+        fleet.cluster.restart_patroni(seen["old"])
+    assert set(seen["statuses"]) <= {503}, (seen["statuses"], seen["clients"].bodies)
+    assert all("Retry-After" in b and "failing over" in b for b in seen["clients"].bodies.get(503, [])), seen
+    assert seen["records"] == seen["ok"], "every answered request has its usage record"
+    assert seen["beats_back_s"] is not None
+    if what == "switchover":
+        # HAProxy closed the sessions to the old leader (on-marked-down shutdown-sessions); none was reused.
+        assert seen["old_sessions"] == 0, seen
+    assert seen["nodes"]["unreachable"] == 0, seen["nodes"]
+
+
 def test_a_control_host_killed_under_load(fleet):
     """Scenario 2: the host without the beat SIGKILLed; the agents carry on, failures are what was in flight."""
     cluster = fleet.cluster
