@@ -94,6 +94,11 @@ redis = Outage(
     "and queued tasks wait for it",
 )
 """This process's view of Redis (LLMGW_REDIS_URL)."""
+database = Outage(
+    "The database",
+    "heartbeats are kept in memory, the newest of each node, and written when it is back",
+)
+"""This process's view of PostgreSQL, as the heartbeat flusher sees it (a Patroni switchover or failover)."""
 
 # Connection failures by the name of a class in their exception's MRO: kombu's OperationalError, redis-py's
 # ConnectionError and TimeoutError, the builtin ConnectionError and OSError, without importing them here.

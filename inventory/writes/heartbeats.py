@@ -40,7 +40,9 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from agent.protocol import report_digest
+from core import outage
 from core.credentials import hash_token
+from core.errors import DATABASE_DOWN
 from inventory import signals
 from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node
@@ -217,12 +219,33 @@ class HeartbeatDesk:
         return answer
 
     def flush(self) -> FlushResult:
-        """Write every queued heartbeat: one read and one batch of updates, however many there are."""
+        """Write every queued heartbeat: one read and one batch of updates, however many there are.
+
+        When the database cannot be reached (a Patroni switchover or
+        failover), they are queued again for the next flush, under any newer
+        beat of the same node: at most one entry per node is kept, and the
+        nodes' last_seen lands when the database is back instead of every
+        node looking silent for as long as the failover took.
+        """
         with self.lock:
             pending, self.pending = self.pending, {}
-        result = FlushResult()
         if not pending:
-            return result
+            return FlushResult()
+        try:
+            return self._write(pending)
+        except DATABASE_DOWN:
+            # Only then: a batch the database refused for what it holds would be refused again for ever.
+            with self.lock:
+                for pk, (digest, beat) in pending.items():
+                    newer = self.pending.get(pk)
+                    if newer is None:
+                        self.pending[pk] = (digest, beat)
+                    else:
+                        self.pending[pk] = (newer[0], Beat(newer[1].last_seen, {**beat.fields, **newer[1].fields}))
+            raise
+
+    def _write(self, pending: dict) -> FlushResult:
+        result = FlushResult()
         known = {
             pk: (name, digest, reachable, lost, shard_status)
             for pk, name, digest, reachable, lost, shard_status in Node.objects.filter(pk__in=pending).values_list(
@@ -361,11 +384,16 @@ class Flusher(threading.Thread):
         try:
             result = self.target.flush()
             self.target.refresh_shards()
+        except DATABASE_DOWN as exc:
+            # Said once until it is back (core.outage); the beats are kept for the next flush.
+            outage.database.failed(exc)
+            return
         except Exception:
             log.exception("heartbeat flush failed; those heartbeats are lost, the next ones will do")
             return
         finally:
             close_old_connections()
+        outage.database.back()
         signals.nodes_came_back.send(sender=Node, nodes=result.came_back)
 
 
