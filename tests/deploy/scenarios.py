@@ -602,3 +602,13 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s",
     )
     return figures, seen
+
+
+PERIODIC_CHECKED = {"observability.tasks.tick": 10.0, "inventory.tasks.check_reachability": 5.0}
+"""Periodic tasks only the beat queues, with their periods (llmgw.celery.PERIODIC): counted in scenario 2."""
+
+
+def task_runs(cluster: Cluster) -> dict[str, int]:
+    """TaskRun's count of runs of each task (filled from Celery's signals by every worker)."""
+    rows = sql(cluster, "select name, runs from core_taskrun")
+    return {name: int(runs) for name, runs in (line.split("|") for line in rows.splitlines())}

@@ -135,8 +135,11 @@ def test_a_control_host_killed_under_load(fleet):
         # made meanwhile are in flight on the dead host too. The host is gone once a connect is refused.
         wait_until(lambda: refused(cluster.hosts[1].gateway), 10, "the killed host's listener closing", 0.005)
         gone_at = time.monotonic()
+        runs_before, counted_from = scenarios.task_runs(cluster), time.monotonic()
         # Longer than a node's grace (20 s): a node that could not reach the other host would be unreachable.
         time.sleep(30)
+        runs = scenarios.task_runs(cluster)
+        window = time.monotonic() - counted_from
         nodes = fleet.summary()["nodes"]
     failed = [(sent, t, s, c) for sent, t, s, c in clients.results if s != 200]
     sent = len(clients.results)
@@ -145,7 +148,8 @@ def test_a_control_host_killed_under_load(fleet):
         f"\nscenario 2: {sent} gateway requests ({before} before the kill), {len(failed)} failed "
         f"({sorted({s for _, _, s, _ in failed}, key=str)}, the last {last:.2f} s after the kill, the host gone "
         f"{gone_at - killed_at:.3f} s after it); "
-        f"nodes after 30 s: {nodes}"
+        f"nodes after 30 s: {nodes}; task runs in {window:.0f} s: "
+        f"{ {t: runs[t] - runs_before.get(t, 0) for t in runs} }"
     )
     assert before > 0 and sent > before + 10, "traffic went on through the other host"
     routed = (cluster.root / "haproxy.log").read_text()
@@ -158,3 +162,8 @@ def test_a_control_host_killed_under_load(fleet):
         f"failed after the host was gone: {failed}"
     )
     assert all(killed_at <= t < killed_at + 10 for _, t, _, _ in failed), f"failed before or long after: {failed}"
+    # One beat, on the surviving host: each periodic task ran once a period, not twice, not never.
+    for task, period in scenarios.PERIODIC_CHECKED.items():
+        ran = runs[task] - runs_before[task]
+        assert window / period - 1.5 <= ran <= window / period + 1.5, (task, ran, window)
+    assert runs["placement.tasks.reconcile"] > runs_before["placement.tasks.reconcile"], "the reconciler runs"
