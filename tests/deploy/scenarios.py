@@ -206,7 +206,7 @@ class Clients:
                     status: int | str = answer.status_code
                     if status != 200 and len(self.bodies.setdefault(status, [])) < 3:
                         self.bodies[status].append(
-                            f"Retry-After {answer.headers.get('retry-after')}: {answer.text[:300]}"
+                            f"Retry-After {answer.headers.get('retry-after')}: {answer.text[:600]}"
                         )
                 except httpx.HTTPError as exc:
                     status = type(exc).__name__
@@ -573,6 +573,12 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         wait_until(lambda: beats.landed_after(at, wall + elected), 120, "heartbeats written again", 0.5)
         time.sleep(settle_s)
         old_sessions = llmgw_sessions(cluster, old) if what == "switchover" else None
+        # A failover longer than a node's grace (20 s) can mark nodes unreachable: their agents' full
+        # reports were refused with 503 meanwhile and they back off. All of them must come back.
+        nodes_whole = None
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: fleet.summary()["nodes"]["unreachable"] == 0, 120, "every node reachable", 1)
+            nodes_whole = time.monotonic() - at
     ok = clients.ok()
     records = settled(cluster, before_records + ok) - before_records
     after = [r for r in clients.results if r[1] >= at]
@@ -589,6 +595,7 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         gateway_back_s=last_failure,
         beats_back_s=beats_back,
         old_sessions=old_sessions,
+        nodes_whole_s=nodes_whole,
         statuses=sorted({r[2] for r in failed}, key=str),
         nodes=fleet.summary()["nodes"],
     )
@@ -599,7 +606,8 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         ok - records,
         max(last_failure, beats_back or 0.0),
         f"{other} leading after {elected:.1f} s; gateway failing for {last_failure:.1f} s "
-        f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s",
+        f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s, "
+        f"every node reachable after {nodes_whole or float('nan'):.1f} s",
     )
     return figures, seen
 
