@@ -201,8 +201,14 @@ class Cluster:
         self.start(f"patroni-{name}-again", ["patroni", str(self.root / name / "patroni.yml")], env=env, user=PG_USER)
 
     def members(self) -> list[dict]:
-        rest = self.ports["pg1-rest"]
-        return httpx.get(f"http://127.0.0.1:{rest}/cluster", timeout=2).json()["members"]
+        """The cluster's members as the first Patroni that answers says (a killed one does not)."""
+        last: Exception | None = None
+        for name in ("pg1", "pg2"):
+            try:
+                return httpx.get(f"http://127.0.0.1:{self.ports[f'{name}-rest']}/cluster", timeout=2).json()["members"]
+            except httpx.HTTPError as exc:
+                last = exc
+        raise AssertionError(f"no Patroni answered: {last}")
 
     def wait_replicated(self, timeout: float = 120) -> list[dict]:
         def ready():
