@@ -487,15 +487,20 @@ class HeartbeatWatch:
         self.cluster = cluster
         self.seen: list[tuple[float, float | None]] = []
         """(when, the newest last_seen as epoch seconds, or None when the database did not answer)."""
+        self.most_unreachable = 0
+        """The most nodes marked unreachable at one poll."""
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
         while not self.stopping.is_set():
+            query = (
+                "select extract(epoch from max(last_seen)), count(*) filter (where not reachable) from inventory_node"
+            )
             try:
-                value: float | None = float(
-                    sql(self.cluster, "select extract(epoch from max(last_seen)) from inventory_node")
-                )
+                newest, unreachable = sql(self.cluster, query).split("|")
+                value: float | None = float(newest)
+                self.most_unreachable = max(self.most_unreachable, int(unreachable))
             except (AssertionError, subprocess.TimeoutExpired, ValueError):
                 value = None
             self.seen.append((time.monotonic(), value))
@@ -596,6 +601,7 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         beats_back_s=beats_back,
         old_sessions=old_sessions,
         nodes_whole_s=nodes_whole,
+        most_unreachable=beats.most_unreachable,
         statuses=sorted({r[2] for r in failed}, key=str),
         nodes=fleet.summary()["nodes"],
     )
@@ -607,7 +613,7 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         max(last_failure, beats_back or 0.0),
         f"{other} leading after {elected:.1f} s; gateway failing for {last_failure:.1f} s "
         f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s, "
-        f"every node reachable after {nodes_whole or float('nan'):.1f} s",
+        f"at most {beats.most_unreachable} nodes unreachable, all reachable by {nodes_whole or float('nan'):.1f} s",
     )
     return figures, seen
 
