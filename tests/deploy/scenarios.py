@@ -594,6 +594,7 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         clients=clients,
         ok=ok,
         records=records,
+        timed_out=sum(1 for r in failed if r[2] == "ReadTimeout"),
         old=old,
         new=other,
         elected_s=elected,
@@ -609,7 +610,7 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
         f"3. Patroni {what}",
         len(clients.results),
         len(failed),
-        ok - records,
+        max(0, ok - records),
         max(last_failure, beats_back or 0.0),
         f"{other} leading after {elected:.1f} s; gateway failing for {last_failure:.1f} s "
         f"({', '.join(map(str, seen['statuses'])) or 'none'}), heartbeats written again after {beats_back:.1f} s, "

@@ -114,7 +114,9 @@ def test_the_database_changes_leader_under_load(fleet, what):
         fleet.cluster.restart_patroni(seen["old"])
     assert set(seen["statuses"]) <= {503}, (seen["statuses"], seen["clients"].bodies)
     assert all("Retry-After" in b and "failing over" in b for b in seen["clients"].bodies.get(503, [])), seen
-    assert seen["records"] == seen["ok"], "every answered request has its usage record"
+    # Every answered request has its record; there may be more: a request the client gave up on (30 s)
+    # while the database was away, answered and recorded once it was back.
+    assert seen["records"] >= seen["ok"], "every answered request has its usage record"
     assert seen["beats_back_s"] is not None
     if what == "switchover":
         # HAProxy closed the sessions to the old leader (on-marked-down shutdown-sessions); none was reused.
