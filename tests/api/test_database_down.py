@@ -9,6 +9,8 @@ from django.test import Client
 from agentapi import views as agent_views
 from api.views import fleet
 from core.errors import DATABASE_RETRY_AFTER_S
+from inventory.writes.heartbeats import desk
+from tests.agentapi.agenthttp import asgi
 
 
 def raises(error: Exception):
@@ -41,3 +43,11 @@ def test_other_errors_are_not_taken_for_the_database(operator, monkeypatch):
     monkeypatch.setattr(fleet.SummaryView, "get", raises(ValueError("a bug")))
     with pytest.raises(ValueError):
         operator.get("/api/v1/summary")
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_with_a_credential_not_yet_cached_while_the_database_is_away_is_told_503(monkeypatch):
+    monkeypatch.setattr(desk, "lookup", raises(OperationalError("server closed the connection unexpectedly")))
+    answer = asgi("/api/v1/agent/heartbeat", "not-cached-here", {})
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == str(DATABASE_RETRY_AFTER_S)
+    assert "failing over" in answer.json()["error"], answer.json()
