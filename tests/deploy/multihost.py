@@ -247,7 +247,7 @@ class Cluster:
                     line = line.replace(f"check port {words[-1]}", f"check port {checks[name]}")
                 else:
                     host = hosts[int(name[-1]) - 1]
-                    address = host.admin if "admin" in section else host.gateway
+                    address = host.gateway if "gateway" in section else host.admin
                 line = line.replace(words[2], address)
             lines.append(line)
         path = self.root / "haproxy.cfg"

@@ -114,6 +114,8 @@ def test_the_database_changes_leader_under_load(fleet, what):
         fleet.cluster.restart_patroni(seen["old"])
     assert set(seen["statuses"]) <= {503}, (seen["statuses"], seen["clients"].bodies)
     assert all("Retry-After" in b and "failing over" in b for b in seen["clients"].bodies.get(503, [])), seen
+    # HAProxy's own 503 (no host answering /healthz) says the same and when to come back.
+    assert seen["clients"].bare_503 == 0, seen["clients"].bare_503
     # Every answered request has its record; there may be more: a request the client gave up on (30 s)
     # while the database was away, answered and recorded once it was back.
     assert seen["records"] >= seen["ok"], "every answered request has its usage record"
@@ -121,10 +123,9 @@ def test_the_database_changes_leader_under_load(fleet, what):
     if what == "switchover":
         # HAProxy closed the sessions to the old leader (on-marked-down shutdown-sessions); none was reused.
         assert seen["old_sessions"] == 0, seen
-    assert seen["nodes_whole_s"] is not None and seen["nodes"]["unreachable"] == 0, seen["nodes"]
-    if what == "switchover":
-        # Shorter than a node's grace: no node was ever marked unreachable.
-        assert seen["nodes_whole_s"] < 60, seen
+    # The agents' full reports are answered 503 with Retry-After meanwhile; they keep heartbeating (the beats
+    # are taken from memory and written once the database is back), so no node was ever marked unreachable.
+    assert seen["most_unreachable"] == 0 and seen["nodes"]["unreachable"] == 0, seen
 
 
 def test_a_control_host_killed_under_load(fleet):
