@@ -14,6 +14,8 @@ from django.http import JsonResponse
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.failover import DATABASE_RETRY_AFTER_S
+
 log = logging.getLogger("llmgw.database")
 
 
@@ -44,9 +46,6 @@ def exception_handler(exc, context):
     )
 
 
-DATABASE_RETRY_AFTER_S = 5
-"""What a 503 for an unreachable database tells a client to wait: about one Patroni loop, in which a
-switchover completes and a failover has begun (docs/operations.md has the figures measured)."""
 # The database cannot be reached: Django's wrappers and psycopg's own (the gateway's async connections).
 DATABASE_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, db.OperationalError, db.InterfaceError)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from core.errors import DATABASE_RETRY_AFTER_S
+from core.failover import DATABASE_RETRY_AFTER_S
 
 
 class Refused(Exception):

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from core.failover import DATABASE_RETRY_AFTER_S
 from tests.deploy.tools import DEPLOY, ensure, env_file
 
 HAPROXY = DEPLOY / "haproxy" / "haproxy.cfg"
@@ -102,7 +103,8 @@ def test_haproxy_own_503_says_why_and_when_to_come_back():
     for backend in ("backend llmgw_admin", "backend llmgw_heartbeat", "backend llmgw_gateway"):
         (line,) = [line for line in found[backend] if line.startswith("http-error status 503 ")]
         body = re.search(r"string '(.*)'", line).group(1)
-        assert "try again in 5 s" in body and line.endswith("hdr Retry-After 5"), line
+        wait = DATABASE_RETRY_AFTER_S
+        assert f"try again in {wait} s" in body and line.endswith(f"hdr Retry-After {wait}"), line
         json.loads(body)
 
 
