@@ -31,6 +31,28 @@ class Unreachable(Exception):
     """The control plane could not be reached, or failed (5xx): try again later."""
 
 
+class Busy(Unreachable):
+    """The control plane answered 503 or 429 with ``Retry-After``: it works, but cannot take this now.
+
+    A database failing over answers so (core.errors): the light heartbeat is
+    still taken from memory, so the agent keeps beating and sends this request
+    again after ``retry_after_s`` rather than backing off altogether.
+    """
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delta form; an HTTP date is not sent by llmgw), or None."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 @dataclass
 class Registration:
     node: str
@@ -67,6 +89,9 @@ class ControlPlane:
         if self.observe:
             self.observe(path, time.perf_counter() - started, answer.status_code)
 
+        wait = retry_after(answer.headers.get("retry-after"))
+        if answer.status_code in (429, 503) and wait is not None:
+            raise Busy(f"{self.server} answered {answer.status_code}, retry after {wait:g} s", wait)
         if answer.status_code >= 500:
             raise Unreachable(f"{self.server} answered {answer.status_code}")
         try:

@@ -15,6 +15,11 @@ Steps, each turn:
    it changes or ``REFUSED_RETRY_S`` have passed (the server may have been
    upgraded meanwhile). The server keeps what it had, and shows why on the
    node. A registration refused for its report registers without it.
+6. A full report answered "busy" (503 or 429 with ``Retry-After``: the
+   database failing over): heartbeat at once and on the usual period — the
+   heartbeat is taken from memory meanwhile, so the node stays reachable — and
+   send the report again after the Retry-After, jittered and bounded
+   (``busy_s``). A busy registration waits the same, not the growing backoff.
 
 The loop knows nothing of where reports come from: the real agent gives it
 discovery, the simulator gives it captures with faults applied.
@@ -32,13 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import protocol
-from agent.client import ControlPlane, Refused, Registration, Unreachable
+from agent.client import Busy, ControlPlane, Refused, Registration, Unreachable
 
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
 REFUSED_RETRY_S = 600.0
+BUSY_MAX_S = 60.0
+"""The longest a Retry-After is honoured: a server's mistake must not silence a report for long."""
 
 
 @dataclass
@@ -63,6 +70,8 @@ class LoopState:
     # The digest of the last full report the server refused, and when; None once one is taken.
     refused_digest: str | None = None
     refused_at: float = float("-inf")
+    # A report answered busy is not sent again before this (clock()); heartbeats go on meanwhile.
+    report_not_before: float = float("-inf")
 
     last_error: str | None = None
 
@@ -71,6 +80,16 @@ def backoff_s(failures: int, rng: random.Random) -> float:
     """Full jitter: anywhere between zero and the exponential ceiling."""
     ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(failures, 16)))
     return rng.uniform(0, ceiling)
+
+
+def busy_s(retry_after_s: float, rng: random.Random) -> float:
+    """How long to wait after a busy answer: its Retry-After (at most BUSY_MAX_S), and up to half again.
+
+    Never sooner than asked (the server said when it expects to be back), and
+    spread so that every node told "5 s" at once does not come back at once.
+    """
+    wait = min(max(retry_after_s, 0.0), BUSY_MAX_S)
+    return wait * rng.uniform(1.0, 1.5)
 
 
 class AgentLoop:
@@ -149,6 +168,8 @@ class AgentLoop:
             self.on_registered(registration)
 
     def _report_due(self) -> bool:
+        if self.clock() < self.state.report_not_before:
+            return False
         return self.state.want_report or self.clock() - self.state.last_report_at >= self.report_interval_s
 
     async def _send_report(self) -> dict:
@@ -160,6 +181,12 @@ class AgentLoop:
             return await self._send_heartbeat()  # the same report would be refused the same way
         try:
             answer = await self.plane.report(report)
+        except Busy as exc:
+            # The server is there but cannot take a report now: the node's liveness rides on the heartbeat.
+            self.state.report_not_before = self.clock() + busy_s(exc.retry_after_s, self.rng)
+            self.state.want_report = True
+            self.state.last_error = f"report deferred: {exc}"
+            return await self._send_heartbeat()
         except Refused as exc:
             if not self._is_report_refusal(exc):
                 raise
@@ -214,6 +241,11 @@ class AgentLoop:
                 await self._register()
                 return self.heartbeat_interval_s
             answer: dict[str, Any] = await (self._send_report() if self._report_due() else self._send_heartbeat())
+        except Busy as exc:
+            # A registration or heartbeat answered busy: wait what the server asked, not the growing backoff.
+            self.state.want_report = True
+            self.state.last_error = str(exc)
+            return busy_s(exc.retry_after_s, self.rng)
         except Unreachable as exc:
             self.state.failures += 1
             self.state.want_report = True  # the server may have missed changes meanwhile
@@ -227,7 +259,7 @@ class AgentLoop:
             self.state.last_error = f"{type(exc).__name__}: {exc}"
             return backoff_s(self.state.failures, self.rng)
         self.state.failures = 0
-        if self.state.refused_digest is None:
+        if self.state.refused_digest is None and self.clock() >= self.state.report_not_before:
             self.state.last_error = None
         if "shards" in answer:
             self.state.desired_shards = answer["shards"]

@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
 from core import jsonbody
+from core.errors import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, first_line
 from inventory.writes import heartbeats
 from inventory.writes.heartbeats import desk
 
@@ -93,7 +94,22 @@ async def heartbeat(scope, receive, send) -> None:
     if refused:
         return await respond(send, 400, {"error": refused})
     secret = secret.strip()
-    ref = desk.cached(secret) or await sync_to_async(desk.lookup, thread_sensitive=False)(secret)
+    ref = desk.cached(secret)
+    if ref is None:
+        try:
+            ref = await sync_to_async(desk.lookup, thread_sensitive=False)(secret)
+        except DATABASE_DOWN as exc:
+            # A credential this server has not seen yet, while the database is away: the agent is told
+            # when to try again (as every other view says it), and keeps its report for later.
+            return await respond(
+                send,
+                503,
+                {
+                    "error": f"the database did not answer ({first_line(exc)}); it may be failing over: "
+                    f"try again in {DATABASE_RETRY_AFTER_S} s"
+                },
+                ((b"retry-after", str(DATABASE_RETRY_AFTER_S).encode()),),
+            )
     if ref is None:
         return await respond(send, 401, {"error": REVOKED})
     return await respond(send, 200, heartbeats.take(ref, beat))

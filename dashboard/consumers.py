@@ -14,16 +14,20 @@ refused outright, because a refused handshake reaches the browser as a bare
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from core import outage
 from dashboard import live
 from inventory.models import GPU, Node, NVLinkDomain
 
 FORBIDDEN = 4403
+TRY_AGAIN = 4503
+"""Closed for a while (a 503 of websockets); autobahn accepts only 1000 and 3000-4999 from a server."""
 
 
 def same_origin(scope: dict[str, Any]) -> bool:
@@ -62,6 +66,25 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = groups
+        outage.redis.back()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The consumer, with a channel layer that cannot be reached closing the socket instead of crashing it.
+
+        Joining a group or waiting on the layer fails while Redis is down; the
+        page is closed with 4503 (try again later) and reconnects, as it does
+        after any close, and re-fetches what it missed. The outage is said
+        once in the log (core.outage), not once per page and retry.
+        """
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            cause = outage.connection_error(exc)
+            if cause is None:
+                raise
+            outage.redis.failed(cause)
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": TRY_AGAIN})
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "joined", []):

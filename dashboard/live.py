@@ -25,6 +25,8 @@ from typing import Any, TypedDict
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from core import outage
+
 log = logging.getLogger(__name__)
 BACKOFF_S = 5.0
 MESSAGE_TYPE = "live.update"
@@ -57,9 +59,9 @@ class _Breaker:
         return time.monotonic() < self.down_until
 
     def trip(self, exc: Exception) -> None:
+        # The layer is Redis: said once per outage, with the process's other users of it (core.outage).
+        outage.redis.failed(exc)
         with self.lock:
-            if not self.open():
-                log.warning("live updates paused for %.0f s: the channel layer failed: %s", BACKOFF_S, exc)
             self.down_until = time.monotonic() + BACKOFF_S
 
     def reset(self) -> None:
@@ -98,4 +100,5 @@ def publish_many(updates: list[tuple[list[str], Update]]) -> bool:
     except Exception as exc:  # noqa: BLE001 - any layer failure means the same thing here
         breaker.trip(exc)
         return False
+    outage.redis.back()
     return True

@@ -19,15 +19,13 @@ import contextlib
 import json
 import logging
 
-import psycopg
-from django import db
-
+from core import errors as core_errors
 from gateway import anthropic, conf, errors
 from gateway.proxy import ENDPOINTS, Gateway
 
 log = logging.getLogger("llmgw.gateway")
 # The database cannot be reached: through the ORM's threads, or on the loop (gateway.pgpath).
-DATABASE_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, db.OperationalError, db.InterfaceError)
+DATABASE_DOWN = core_errors.DATABASE_DOWN
 JSON = [(b"content-type", b"application/json")]
 
 
@@ -110,12 +108,13 @@ class GatewayApp:
             if not started:
                 await _answer(send, refusal.status, _error(scope.get("path", ""), refusal), refusal.retry_after_s)
         except DATABASE_DOWN as exc:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            detail = core_errors.first_line(exc)
             log.warning(
                 "gateway: %s %s: the database did not answer: %s", scope.get("method"), scope.get("path"), detail
             )
             if not started:
-                await _answer(send, 503, _error(scope.get("path", ""), errors.database_unavailable(detail)))
+                refusal = errors.database_unavailable(detail)
+                await _answer(send, 503, _error(scope.get("path", ""), refusal), core_errors.DATABASE_RETRY_AFTER_S)
         except Exception:
             log.exception("gateway: %s %s failed", scope.get("method"), scope.get("path"))
             if not started:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from core.failover import DATABASE_RETRY_AFTER_S
+
 
 class Refused(Exception):
     """A request the gateway answers with an error instead of an engine's answer."""
@@ -98,7 +100,8 @@ def upstream_failed(message: str) -> Refused:
 def database_unavailable(detail: str) -> Refused:
     return Refused(
         503,
-        f"the gateway's database did not answer ({detail}); nothing was sent to an engine: try again shortly",
+        f"the gateway's database did not answer ({detail}); it may be failing over, and nothing was sent to an "
+        f"engine: try again in {DATABASE_RETRY_AFTER_S} s",
         "service_unavailable",
         "database_unavailable",
     )

@@ -24,6 +24,7 @@ from collections import Counter, deque
 
 from django.utils import timezone
 
+from core import outage
 from gateway.writes import leases
 from placement.writes import load as shared
 
@@ -93,7 +94,6 @@ class Publisher:
         self._task: asyncio.Task | None = None
         self._in_db = False
         self._last_db: tuple[dict, float] | None = None
-        self._redis_failing = False
 
     def start(self) -> None:
         if self._task is None:
@@ -115,11 +115,9 @@ class Publisher:
             try:
                 await self._to_redis(owner, report)
             except Exception as exc:  # noqa: BLE001 - any Redis failure: the database keeps the load
-                if not self._redis_failing:
-                    log.warning("gateway: Redis did not take the load (%s); writing it to the database", exc)
-                self._redis_failing = True
+                outage.redis.failed(exc)
             else:
-                self._redis_failing = False
+                outage.redis.back()
                 if self._in_db:
                     await self.run_db(shared.forget, owner)
                     self._in_db, self._last_db = False, None

@@ -21,6 +21,7 @@ import time
 from django.db import transaction
 from django.db.models import F
 
+from core import outage
 from gateway.models import RateWindow
 from gateway.rules import Caller, Limit, limits
 
@@ -146,9 +147,12 @@ class Limiter:
         now = time.time()
         if self._script is not None:
             try:
-                return await self._redis_admit(checks, now)
+                refused = await self._redis_admit(checks, now)
             except Exception as exc:  # noqa: BLE001 - any Redis failure falls back to the database
-                log.warning("rate limits: Redis did not answer (%s); counting in the database", exc)
+                outage.redis.failed(exc)
+            else:
+                outage.redis.back()
+                return refused
         return await self.run_db(db_admit, checks, now)
 
     async def _redis_admit(self, checks: list[Limit], now: float) -> str | None:
@@ -185,5 +189,5 @@ class Limiter:
                     await pipe.execute()
                 return
             except Exception as exc:  # noqa: BLE001 - counted in the database instead
-                log.warning("rate limits: Redis did not answer (%s); counting tokens in the database", exc)
+                outage.redis.failed(exc)
         await self.run_db(db_spend, scopes, tokens, now)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import after_task_publish, task_prerun, task_received, worker_init, worker_process_init
 from kombu.transport import TRANSPORT_ALIASES
 
-from core import tracing
+from core import outage, tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 # The embedded broker's messages are written whole (see llmgw.broker).
@@ -52,3 +52,12 @@ app.conf.beat_schedule = beat_schedule()
 def _start_tracing(**_) -> None:
     """Each worker process traces on its own: the pool's children are forked, and set up again after the fork."""
     tracing.setup("llmgw-worker")
+
+
+@after_task_publish.connect
+@task_received.connect
+@task_prerun.connect
+def _broker_answered(**_) -> None:
+    """A task was queued (a caller, the beat), received (a worker's consumer) or handed to a worker's process
+    to run: the broker is there (core.outage)."""
+    outage.redis.back()

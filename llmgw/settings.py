@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # Below the metrics (a 503 is counted as one) and above everything that may query the database.
+    "core.errors.DatabaseDownMiddleware",
     "llmgw.listeners.GatewayListenerMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -188,7 +190,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Celery's and kombu's retries at a lost broker are one line when it goes and one when it is back.
+    "filters": {"outages": {"()": "core.outage.BrokerLogFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}},
     "root": {"handlers": ["console"], "level": "INFO"},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

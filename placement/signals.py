@@ -30,6 +30,7 @@ from collections.abc import Callable
 from django.db import transaction
 from django.dispatch import Signal
 
+from core import outage
 from placement.tasks import reconcile
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,12 @@ class _Coalescer:
 
 def _send(why: str) -> None:
     # The embedded broker too: its messages are written whole (llmgw.broker).
+    # While the broker is known to be down, one try rather than kombu's retries: the caller is a request
+    # or a flush, and the beat runs a reconcile once the broker is back.
     try:
-        reconcile.apply_async(expires=30)
-    except Exception:
-        log.warning("could not queue a reconcile (%s); the next beat runs one", why, exc_info=True)
+        reconcile.apply_async(expires=30, retry=not outage.redis.down)
+    except Exception as exc:  # noqa: BLE001 - said once per outage (core.outage), the change is kept
+        outage.redis.failed(exc)
 
 
 _coalescer = _Coalescer(COALESCE_S)

@@ -40,7 +40,9 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from agent.protocol import report_digest
+from core import outage
 from core.credentials import hash_token
+from core.errors import DATABASE_DOWN
 from inventory import signals
 from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node
@@ -222,9 +224,14 @@ class HeartbeatDesk:
 
         The batch's rows are locked in ascending id (inventory/writes/node_locks.py)
         before they are written, so the flush and the reachability sweep never
-        cross; a batch chosen as a deadlock's victim anyway is written once more,
-        and one that still fails goes back in the queue for the next flush — a
-        heartbeat is not dropped because the database said no once.
+        cross; a batch chosen as a deadlock's victim anyway is written once more.
+        When the database cannot be reached (a Patroni switchover or failover,
+        a deadlock twice), the batch goes back in the queue for the next flush,
+        under any newer beat of the same node: at most one entry per node is
+        kept, and the nodes' last_seen lands when the database is back instead
+        of every node looking silent for as long as the failover took. Any
+        other failure drops the batch: one the database refused for what it
+        holds would be refused again for ever, and hold up every beat after it.
         """
         with self.lock:
             pending, self.pending = self.pending, {}
@@ -232,7 +239,7 @@ class HeartbeatDesk:
             return FlushResult()
         try:
             result, shard_reports = node_locks.once_more_on_deadlock(lambda: self._write(pending), "a heartbeat flush")
-        except Exception:
+        except DATABASE_DOWN:
             self._requeue(pending)
             raise
         at = now_of(pending)
@@ -389,11 +396,16 @@ class Flusher(threading.Thread):
         try:
             result = self.target.flush()
             self.target.refresh_shards()
+        except DATABASE_DOWN as exc:
+            # Said once until it is back (core.outage); the beats are kept for the next flush.
+            outage.database.failed(exc)
+            return
         except Exception:
-            log.exception("heartbeat flush failed; its heartbeats are queued again for the next flush")
+            log.exception("heartbeat flush failed; those heartbeats are lost, the next ones will do")
             return
         finally:
             close_old_connections()
+        outage.database.back()
         signals.nodes_came_back.send(sender=Node, nodes=result.came_back)
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
-from agent.client import Refused, Registration, Unreachable
+import httpx
+
+from agent.client import Busy, ControlPlane, Refused, Registration, Unreachable
 from agent.loop import BACKOFF_MAX_S, AgentLoop, Identity, backoff_s
 
 
@@ -206,3 +209,98 @@ def test_prefetches_follow_the_heartbeat_answers_and_a_report_answer_leaves_them
     asyncio.run(go())
     assert plane.sent == ["register", "heartbeat", "report", "heartbeat"]
     assert told == [[{"model": "m", "source": "hf://o/m"}], []]
+
+
+class FailingOverPlane(FakePlane):
+    """A control plane whose database is failing over: registrations and full reports are answered 503 with
+    Retry-After (core.errors), while heartbeats are still taken from memory (agentapi.fast)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing_over = False
+        self.tried: list[tuple[str, float]] = []
+        self.clock: Clock | None = None
+
+    async def register(self, join, name, machine_id, report):
+        self._busy("register")
+        return await super().register(join, name, machine_id, report)
+
+    async def report(self, report):
+        self._busy("report")
+        return await super().report(report)
+
+    def _busy(self, kind: str) -> None:
+        self.tried.append((kind, self.clock.t if self.clock else 0.0))
+        if self.failing_over:
+            raise Busy("answered 503, retry after 5 s", 5.0)
+
+
+def test_a_report_answered_busy_waits_its_retry_after_while_heartbeats_go_on():
+    plane, clock = FailingOverPlane(), Clock()
+    plane.clock = clock
+    loop = make(plane, clock)
+
+    async def go():
+        await loop.turn()  # register
+        plane.failing_over = True
+        loop.request_report()
+        delays = []
+        for _ in range(12):  # 60 s of failover, past a node's grace (20 s)
+            delays.append(await loop.turn())
+            clock.t += delays[-1]
+        plane.failing_over = False
+        for _ in range(3):
+            clock.t += await loop.turn()
+        return delays
+
+    delays = asyncio.run(go())
+    # Every turn of the failover beat on the usual period: the node never went silent.
+    assert delays == [5] * 12 and plane.sent.count("heartbeat") >= 12, plane.sent
+    # The report was tried again no sooner than Retry-After, and no later than half again (the jitter).
+    tries = [t for kind, t in plane.tried if kind == "report"]
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert len(tries) >= 6 and all(5 <= g <= 7.5 + 5 for g in gaps), tries
+    assert loop.state.failures == 0
+    # Once the database is back the report is taken, and nothing is left said.
+    assert plane.sent[-3:].count("report") == 1 and loop.state.last_error is None, (plane.sent, loop.state)
+
+
+def test_a_registration_answered_busy_waits_its_retry_after_not_a_growing_backoff():
+    plane, clock = FailingOverPlane(), Clock()
+    plane.failing_over = True
+    loop = make(plane, clock)
+
+    async def go():
+        return [await loop.turn() for _ in range(10)]
+
+    delays = asyncio.run(go())
+    assert all(5 <= d <= 7.5 for d in delays) and not loop.state.registered, delays
+    plane.failing_over = False
+    asyncio.run(loop.turn())
+    assert loop.state.registered
+
+
+def test_busy_is_a_503_or_429_with_retry_after_and_anything_else_is_unreachable_or_refused():
+    def answer(request: httpx.Request) -> httpx.Response:
+        status, wait = {"/a": (503, "5"), "/b": (429, "2"), "/c": (503, None), "/d": (503, "soon"), "/e": (400, "5")}[
+            request.url.path
+        ]
+        return httpx.Response(status, json={"error": "no"}, headers={"Retry-After": wait} if wait else {})
+
+    async def outcome(path: str):
+        plane = ControlPlane("http://cp", client=httpx.AsyncClient(transport=httpx.MockTransport(answer)))
+        try:
+            await plane._post(path, "t", {})
+        except (Refused, Unreachable) as exc:
+            return type(exc).__name__, getattr(exc, "retry_after_s", None)
+        finally:
+            await plane.close()
+
+    got = {path: asyncio.run(outcome(path)) for path in ("/a", "/b", "/c", "/d", "/e")}
+    assert got == {
+        "/a": ("Busy", 5.0),
+        "/b": ("Busy", 2.0),
+        "/c": ("Unreachable", None),
+        "/d": ("Unreachable", None),
+        "/e": ("Refused", None),
+    }

@@ -7,11 +7,12 @@ import functools
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.auth import AuthMiddlewareStack
+from channels.layers import InMemoryChannelLayer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from dashboard import live
+from dashboard import consumers, live
 from dashboard.routing import websocket_urlpatterns
 from inventory.models import Node, NVLinkDomain
 from tests.api.fleet import ingest_fleet
@@ -167,3 +168,19 @@ async def test_the_session_cookie_is_what_identifies_the_operator(olivia):
     stranger = WebsocketCommunicator(AuthMiddlewareStack(APP), "/ws/console/fleet/", headers=[(b"host", b"h")])
     assert (await stranger.connect())[0]
     assert await refused_with(stranger) == 4403
+
+
+class _LayerAway(InMemoryChannelLayer):
+    """A channel layer whose Redis has stopped: joining a group fails as channels_redis's does."""
+
+    async def group_add(self, group, channel):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+@run_async
+async def test_a_page_whose_layer_is_away_is_closed_to_reconnect_later(olivia, settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.dashboard.test_consumers._LayerAway"}}
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    # 4503, not a crash: the page's script reconnects after any code but 4403 and 4404.
+    assert await refused_with(comm) == consumers.TRY_AGAIN
+    await comm.wait()

@@ -115,6 +115,23 @@ class Cluster:
         for proc in reversed(self.procs):
             proc.stop()
 
+    # --- Redis ---------------------------------------------------------------------------------------
+
+    def start_redis(self) -> str:
+        """A redis-server of the cluster's own (the machine's may be shared, and scenario 4 stops this one)."""
+        if "redis" not in self.ports:
+            self.ports["redis"] = free_port()
+        port = self.ports["redis"]
+        # No snapshots and no append-only file: a restart comes back empty, as a Redis whose disk was lost would.
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.redis = self.start("redis", cmd)
+        wait_until(lambda: redis_answers(port), 30, "redis")
+        return f"redis://127.0.0.1:{port}/0"
+
+    def stop_redis(self) -> None:
+        self.redis.stop()
+        self.procs.remove(self.redis)
+
     # --- etcd and Patroni -------------------------------------------------------------------------
 
     def start_etcd(self) -> None:
@@ -177,9 +194,21 @@ class Cluster:
         env["HOME"] = str(self.root / name)
         self.start(f"patroni-{name}", ["patroni", str(path)], env=env, user=PG_USER)
 
+    def restart_patroni(self, name: str) -> None:
+        """A member's Patroni started again on its own configuration and data (after a kill)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LLMGW_"))}
+        env["HOME"] = str(self.root / name)
+        self.start(f"patroni-{name}-again", ["patroni", str(self.root / name / "patroni.yml")], env=env, user=PG_USER)
+
     def members(self) -> list[dict]:
-        rest = self.ports["pg1-rest"]
-        return httpx.get(f"http://127.0.0.1:{rest}/cluster", timeout=2).json()["members"]
+        """The cluster's members as the first Patroni that answers says (a killed one does not)."""
+        last: Exception | None = None
+        for name in ("pg1", "pg2"):
+            try:
+                return httpx.get(f"http://127.0.0.1:{self.ports[f'{name}-rest']}/cluster", timeout=2).json()["members"]
+            except httpx.HTTPError as exc:
+                last = exc
+        raise AssertionError(f"no Patroni answered: {last}")
 
     def wait_replicated(self, timeout: float = 120) -> list[dict]:
         def ready():
@@ -218,7 +247,7 @@ class Cluster:
                     line = line.replace(f"check port {words[-1]}", f"check port {checks[name]}")
                 else:
                     host = hosts[int(name[-1]) - 1]
-                    address = host.admin if "admin" in section else host.gateway
+                    address = host.gateway if "gateway" in section else host.admin
                 line = line.replace(words[2], address)
             lines.append(line)
         path = self.root / "haproxy.cfg"
@@ -311,6 +340,12 @@ def healthy(address: str) -> bool:
         return httpx.get(f"http://{address}/healthz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def redis_answers(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(16).startswith(b"+PONG")
 
 
 def leader_through(port: int) -> bool:

@@ -9,6 +9,7 @@ the health checks, the ports, the addresses.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from core.failover import DATABASE_RETRY_AFTER_S
 from tests.deploy.tools import DEPLOY, ensure, env_file
 
 HAPROXY = DEPLOY / "haproxy" / "haproxy.cfg"
@@ -83,6 +85,27 @@ def test_both_llmgw_listeners_of_every_host_are_health_checked_on_healthz():
         assert len(hosts) == 3 and all(line.endswith(" check") for line in lines if line.startswith("server "))
         assert env[variable] in hosts, f"{variable} of the example host is one HAProxy balances to"
         assert {h.rsplit(":", 1)[1] for h in hosts} == {env[variable].rsplit(":", 1)[1]}
+
+
+def test_heartbeats_go_to_every_living_host_whatever_its_database():
+    """The heartbeat lane takes beats from memory while the database fails over: its hosts are checked on it."""
+    found = sections(HAPROXY.read_text())
+    assert "use_backend llmgw_heartbeat if { path /api/v1/agent/heartbeat }" in found["frontend llmgw_admin"]
+    lines = found["backend llmgw_heartbeat"]
+    # A GET on the lane is answered 405 by the process itself (agentapi.fast), touching no database.
+    assert "option httpchk GET /api/v1/agent/heartbeat" in lines and "http-check expect status 405" in lines
+    assert servers(lines) == servers(found["backend llmgw_admin"])
+
+
+def test_haproxy_own_503_says_why_and_when_to_come_back():
+    """No host able to take a request (a failover): HAProxy answers 503 with a sentence and Retry-After."""
+    found = sections(HAPROXY.read_text())
+    for backend in ("backend llmgw_admin", "backend llmgw_heartbeat", "backend llmgw_gateway"):
+        (line,) = [line for line in found[backend] if line.startswith("http-error status 503 ")]
+        body = re.search(r"string '(.*)'", line).group(1)
+        wait = DATABASE_RETRY_AFTER_S
+        assert f"try again in {wait} s" in body and line.endswith(f"hdr Retry-After {wait}"), line
+        json.loads(body)
 
 
 def test_llmgw_reaches_the_database_through_haproxy():

@@ -1,77 +1,55 @@
-"""Two control hosts from deploy/'s files on one machine; one of them SIGKILLed under load.
+"""Two control hosts from deploy/'s files on one machine, and the failures of issue #17 under load.
 
 The set-up (tests/deploy/multihost.py): one etcd, two PostgreSQL under
-Patroni (a leader and a synchronous standby), HAProxy in front of the
-leader and of both hosts' admin and gateway listeners, two ``llmgw serve
---no-worker`` with a Celery worker each, one beat, one Redis. Simulated
-agents and gateway clients talk only to HAProxy.
-
-Scenario: the host without the beat is killed (its serve, gateway and
-worker, SIGKILL): the agents carry on through the other host, no node
-becomes unreachable, and the gateway requests that fail are at most those
-that were in flight on the dead host.
+Patroni (a leader and a synchronous standby), a Redis of its own, HAProxy in
+front of the leader and of both hosts' admin and gateway listeners, two
+``llmgw serve --no-worker`` with a Celery worker each, one beat. Simulated
+agents and gateway clients talk only to HAProxy. One cluster serves every
+scenario of the module (tests/deploy/scenarios.py runs them, and
+bench/failover.py prints their figures); the host is killed last.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
-import httpx
 import pytest
-import redis
 
-from tests.deploy.multihost import Cluster, Host, free_port, wait_until
+from tests.deploy import scenarios
+from tests.deploy.multihost import wait_until
+from tests.deploy.scenarios import LIMITED_RPM, Clients
 from tests.deploy.tools import ensure
 
 pytestmark = pytest.mark.slow
-REDIS_URL = os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
-NODES = 40
-CLIENTS = 8
+NODES = int(os.environ.get("LLMGW_MULTIHOST_NODES", "40"))
+REDIS_OUTAGE_S = float(os.environ.get("LLMGW_MULTIHOST_REDIS_OUTAGE_S", "20"))
 
 
 def need() -> None:
     """The Debian tools of the set-up, installed when missing (as tests/deploy/tools.ensure does); root to run it."""
     if os.geteuid() != 0:
         pytest.skip("Patroni's PostgreSQL runs as the postgres account, which needs root to switch to")
-    for command, package in (("etcd", "etcd-server"), ("patroni", "patroni"), ("haproxy", "haproxy")):
+    for command, package in (
+        ("etcd", "etcd-server"),
+        ("patroni", "patroni"),
+        ("haproxy", "haproxy"),
+        ("redis-server", "redis-server"),
+    ):
         ensure(command, package)
     ensure("psql", "postgresql-client")
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def fleet():
     need()
-    root = Path(tempfile.mkdtemp(prefix="llmgw-multihost-"))
-    os.chmod(root, 0o755)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    built = Cluster(root)
+    cluster = scenarios.build()
     try:
-        built.start_etcd()
-        built.start_patroni("pg1")
-        built.start_patroni("pg2")
-        built.wait_replicated()
-        hosts = [Host("ctl1", root / "ctl1"), Host("ctl2", root / "ctl2")]
-        built.start_haproxy(hosts)
-        database_url = built.create_database()
-        envs = [built.host_env(h, database_url, REDIS_URL) for h in hosts]
-        built.start_host(hosts[0], envs[0], beat=True)
-        built.start_host(hosts[1], envs[1], beat=False)
-        built.hosts, built.envs = hosts, envs
-        yield built
+        yield scenarios.populate(cluster, NODES)
     finally:
-        built.close()
-        # LLMGW_KEEP_MULTIHOST=1 keeps the logs (every process's, HAProxy's) to read after a failure.
-        if not os.environ.get("LLMGW_KEEP_MULTIHOST"):
-            shutil.rmtree(root, ignore_errors=True)
+        scenarios.discard(cluster)
 
 
 def refused(address: str) -> bool:
@@ -83,103 +61,77 @@ def refused(address: str) -> bool:
     return False
 
 
-def admin_url(cluster: Cluster) -> str:
-    return f"http://127.0.0.1:{cluster.ports['haproxy-admin']}"
-
-
-def gateway_url(cluster: Cluster) -> str:
-    return f"http://127.0.0.1:{cluster.ports['haproxy-gateway']}"
-
-
-def summary(cluster: Cluster, token: str) -> dict:
-    answer = httpx.get(f"{admin_url(cluster)}/api/v1/summary", headers={"Authorization": f"Bearer {token}"}, timeout=10)
-    answer.raise_for_status()
-    return answer.json()
-
-
-def setup_gateway(cluster: Cluster) -> str:
-    """A model served by a fake engine and a key for it, written through host 1's Django shell."""
-    port = free_port()
-    # The cluster's processes run in its temporary folder; the fake engine is a module of this checkout's tests.
-    checkout = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
-    cluster.start("engine", [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(port)], env=env)
-    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200, 30, "engine")
-    code = (
-        "from tests.gateway.harness import key, model, replica\n"
-        f"replica(model('llama'), 'http://127.0.0.1:{port}')\n"
-        "print('KEY=' + key())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "llmgw.cli", "shell", "-c", code],
-        env=cluster.envs[0],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return next(line[4:] for line in done.stdout.splitlines() if line.startswith("KEY="))
-
-
-class Clients:
-    """CLIENTS threads sending chat completions through HAProxy until stopped; each answer's status kept."""
-
-    def __init__(self, url: str, key: str) -> None:
-        self.url, self.key = url, key
-        self.results: list[tuple[float, float, int | str, int]] = []
-        """(sent, answered, status or the exception's name, which client)."""
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(n,), daemon=True) for n in range(CLIENTS)]
-
-    def run(self, client: int) -> None:
-        body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}
-        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {self.key}"}) as http:
-            while not self.stopping.is_set():
-                sent = time.monotonic()
-                try:
-                    status: int | str = http.post(f"{self.url}/v1/chat/completions", json=body).status_code
-                except httpx.HTTPError as exc:
-                    status = type(exc).__name__
-                self.results.append((sent, time.monotonic(), status, client))
-
-    def __enter__(self) -> Clients:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        for t in self.threads:
-            t.join(60)
-
-
-def test_a_control_host_killed_under_load(cluster):
-    token = (cluster.hosts[0].data / "admin-token").read_text().strip()
-    join = (cluster.hosts[0].data / "join-token").read_text().strip()
-    store = summary(cluster, token)["store"]
+def test_the_store_lists_both_members(fleet):
+    store = fleet.summary()["store"]
     assert sorted(m["role"] for m in store) == ["leader", "sync_standby"], store
 
-    key = setup_gateway(cluster)
-    cluster.start(
-        "agents",
-        [
-            sys.executable,
-            "-m",
-            "llmgw.cli",
-            "simulate",
-            "--server",
-            admin_url(cluster),
-            "--join-token",
-            join,
-            "--fleet",
-            f"h100-hgx:{NODES}",
-            "--heartbeat",
-            "2",
-        ],
-    )
-    wait_until(lambda: summary(cluster, token)["nodes"]["ready"] == NODES, 120, f"{NODES} nodes ready")
 
-    with Clients(gateway_url(cluster), key) as clients:
+def test_redis_stopped_under_load(fleet):
+    """Scenario 4: nothing refused or lost, limits in the database meanwhile, one log line each way."""
+    figures, seen = scenarios.redis_outage(fleet, REDIS_OUTAGE_S)
+    print(f"\n{figures}\n{ {k: v for k, v in seen.items() if k != 'clients'} }")
+    clients = seen["clients"]
+    assert figures.failed == 0, (sorted({r[2] for r in clients.results if r[2] != 200}, key=str), clients.bodies)
+    assert seen["records"] == seen["ok"], "every answered request has its usage record"
+    # With Redis away the limited team's requests were counted in the database, and refused past its rpm.
+    limited = seen["limited_while_down"]
+    assert limited.count(200) <= LIMITED_RPM and set(limited) <= {200, 429} and 429 in limited, limited
+    assert int(seen["windows_while_down"]) >= limited.count(200)
+    # Back in Redis: the limit starts again there (its counts were lost with it) and the database is left alone.
+    assert seen["limited_after"] == [200] * 5 and seen["windows_grew_after"] == 0, seen
+    assert seen["nodes"]["unreachable"] == 0, seen["nodes"]
+    # One line when Redis went and one when it came back, in each process that noticed (every serve, worker
+    # and the beat did), and no traceback.
+    said = seen["said"]
+    assert set(said.values()) == {(1, 1)}, said
+    assert {k.split(":")[0] for k in said} == {
+        "ctl1-llmgw-serve",
+        "ctl1-llmgw-worker",
+        "ctl1-llmgw-beat",
+        "ctl2-llmgw-serve",
+        "ctl2-llmgw-worker",
+    }, said
+    assert set(seen["tracebacks"].values()) == {0}, seen["tracebacks"]
+
+
+def test_budgets_hold_across_hosts(fleet):
+    """Scenario 5: requests at once through both hosts spend one team budget no further than it goes."""
+    figures, seen = scenarios.budgets_across_hosts(fleet)
+    print(f"\n{figures}\n{seen}")
+    assert set(seen["statuses"]) <= {200, 429} and 429 in seen["statuses"], seen["statuses"]
+    # Each request asks for at most 16 tokens, so its reservation covers it: nothing in flight can overrun.
+    assert seen["spent"] <= seen["amount"], seen
+    # Every request is recorded, the refused ones too; what the accepted cost is what the budget spent.
+    assert seen["records"] == len(seen["statuses"]) and seen["cost"] == seen["spent"], seen
+
+
+@pytest.mark.parametrize("what", ["switchover", "failover"])
+def test_the_database_changes_leader_under_load(fleet, what):
+    """Scenario 3: a Patroni switchover, then the new leader killed: 503 at most, nothing committed lost."""
+    figures, seen = scenarios.database_change(fleet, what)
+    print(f"\n{figures}\n{ {k: v for k, v in seen.items() if k != 'clients'} }\n{seen['clients'].bodies}")
+    if what == "failover":
+        fleet.cluster.restart_patroni(seen["old"])
+    assert set(seen["statuses"]) <= {503}, (seen["statuses"], seen["clients"].bodies)
+    assert all("Retry-After" in b and "failing over" in b for b in seen["clients"].bodies.get(503, [])), seen
+    # HAProxy's own 503 (no host answering /healthz) says the same and when to come back.
+    assert seen["clients"].bare_503 == 0, seen["clients"].bare_503
+    # Every answered request has its record; there may be more: a request the client gave up on (30 s)
+    # while the database was away, answered and recorded once it was back.
+    assert seen["records"] >= seen["ok"], "every answered request has its usage record"
+    assert seen["beats_back_s"] is not None
+    if what == "switchover":
+        # HAProxy closed the sessions to the old leader (on-marked-down shutdown-sessions); none was reused.
+        assert seen["old_sessions"] == 0, seen
+    # The agents' full reports are answered 503 with Retry-After meanwhile; they keep heartbeating (the beats
+    # are taken from memory and written once the database is back), so no node was ever marked unreachable.
+    assert seen["most_unreachable"] == 0 and seen["nodes"]["unreachable"] == 0, seen
+
+
+def test_a_control_host_killed_under_load(fleet):
+    """Scenario 2: the host without the beat SIGKILLed; the agents carry on, failures are what was in flight."""
+    cluster = fleet.cluster
+    with Clients(fleet.gateway, fleet.key) as clients:
         time.sleep(5)
         before = len(clients.results)
         killed_at = time.monotonic()
@@ -189,9 +141,12 @@ def test_a_control_host_killed_under_load(cluster):
         # made meanwhile are in flight on the dead host too. The host is gone once a connect is refused.
         wait_until(lambda: refused(cluster.hosts[1].gateway), 10, "the killed host's listener closing", 0.005)
         gone_at = time.monotonic()
+        runs_before, counted_from = scenarios.task_runs(cluster), time.monotonic()
         # Longer than a node's grace (20 s): a node that could not reach the other host would be unreachable.
         time.sleep(30)
-        nodes = summary(cluster, token)["nodes"]
+        runs = scenarios.task_runs(cluster)
+        window = time.monotonic() - counted_from
+        nodes = fleet.summary()["nodes"]
     failed = [(sent, t, s, c) for sent, t, s, c in clients.results if s != 200]
     sent = len(clients.results)
     last = max((t - killed_at for _, t, _, _ in failed), default=0.0)
@@ -199,16 +154,22 @@ def test_a_control_host_killed_under_load(cluster):
         f"\nscenario 2: {sent} gateway requests ({before} before the kill), {len(failed)} failed "
         f"({sorted({s for _, _, s, _ in failed}, key=str)}, the last {last:.2f} s after the kill, the host gone "
         f"{gone_at - killed_at:.3f} s after it); "
-        f"nodes after 30 s: {nodes}"
+        f"nodes after 30 s: {nodes}; task runs in {window:.0f} s: "
+        f"{ {t: runs[t] - runs_before.get(t, 0) for t in runs} }"
     )
     assert before > 0 and sent > before + 10, "traffic went on through the other host"
     routed = (cluster.root / "haproxy.log").read_text()
     for backend in ("llmgw_admin", "llmgw_gateway"):
         for host in ("ctl1", "ctl2"):
             assert f"{backend}/{host} " in routed, f"HAProxy sent no {backend} request to {host}: both carry traffic"
-    assert nodes["unreachable"] == 0 and nodes["ready"] == NODES, nodes
+    assert nodes["unreachable"] == 0 and nodes["ready"] >= fleet.nodes, nodes
     # Only requests sent before the killed host was gone may fail: those in flight on it.
     assert all(killed_at - 30 < sent <= gone_at for sent, _, _, _ in failed), (
         f"failed after the host was gone: {failed}"
     )
     assert all(killed_at <= t < killed_at + 10 for _, t, _, _ in failed), f"failed before or long after: {failed}"
+    # One beat, on the surviving host: each periodic task ran once a period, not twice, not never.
+    for task, period in scenarios.PERIODIC_CHECKED.items():
+        ran = runs[task] - runs_before[task]
+        assert window / period - 1.5 <= ran <= window / period + 1.5, (task, ran, window)
+    assert runs["placement.tasks.reconcile"] > runs_before["placement.tasks.reconcile"], "the reconciler runs"

@@ -320,3 +320,4 @@ def test_a_database_that_does_not_answer_is_a_503_that_says_so(postgresql, engin
     error = answer.json()["error"]
     assert answer.status == 503 and error["code"] == "database_unavailable"
     assert "database did not answer" in error["message"] and "nothing was sent to an engine" in error["message"]
+    assert answer.headers["retry-after"] == "5" and "try again in 5 s" in error["message"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.db import DataError, OperationalError
 from django.utils import timezone
 
 from inventory.models import Node
@@ -69,3 +72,37 @@ def test_the_answers_hand_out_what_the_apps_above_supply(known):
         heartbeat_answers_wanted.disconnect(dispatch_uid="test.tables")
     answer = desk.accept(ref, {}, timezone.now())
     assert answer == {"shards": [{"id": "r-0"}], "send_report": True, "collect": ["/models/old"]}
+
+
+def test_beats_the_database_did_not_take_are_written_by_the_next_flush(known, monkeypatch):
+    """A failover: the flush cannot reach the database; the beats wait, the newest of each node, merged."""
+    desk, ref, node = known
+    first, second = timezone.now(), timezone.now() + timedelta(seconds=2)
+    desk.accept(ref, {"shards": [{"id": "r-0", "replica": "r", "rank": 0, "state": "ready"}]}, first)
+    real = desk._write
+
+    def away(pending):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(desk, "_write", away)
+    with pytest.raises(OperationalError):
+        desk.flush()
+    desk.accept(ref, {"load": {"cpu_percent": 3.0}}, second)
+    assert len(desk.pending) == 1, "one entry per node, however long the database is away"
+    monkeypatch.setattr(desk, "_write", real)
+    assert desk.flush().written == 1
+    node.refresh_from_db()
+    assert node.last_seen == second and node.shard_status[0]["state"] == "ready"
+
+
+def test_beats_the_database_refused_for_what_they_hold_are_not_kept(known, monkeypatch):
+    desk, ref, _ = known
+    desk.accept(ref, {}, timezone.now())
+
+    def refused(pending):
+        raise DataError("value out of range")
+
+    monkeypatch.setattr(desk, "_write", refused)
+    with pytest.raises(DataError):
+        desk.flush()
+    assert desk.pending == {}

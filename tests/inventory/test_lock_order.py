@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from inventory import reachability
@@ -120,7 +120,9 @@ def test_a_node_that_beat_while_the_sweep_decided_is_not_marked_lost(monkeypatch
 
 
 def test_a_flush_the_database_refused_goes_back_in_the_queue(monkeypatch):
-    """A batch that fails to be written is flushed with the next one, under anything newer from the same node."""
+    """A batch the database could not take (it went away, or deadlocked twice) is flushed with the next one,
+    under anything newer from the same node; one that failed for another reason is dropped, not retried for
+    ever ahead of every later beat."""
     node = Node.objects.create(name="n-q", last_seen=timezone.now() - timedelta(minutes=5), credential_digest="d-q")
     desk = HeartbeatDesk()
     desk.remember(node)
@@ -128,10 +130,10 @@ def test_a_flush_the_database_refused_goes_back_in_the_queue(monkeypatch):
     desk.accept(desk.nodes["d-q"], {"load": {"cpu_percent": 5.0}, "shards": []}, first)
 
     def refused(pending):
-        raise RuntimeError("the database said no")
+        raise OperationalError("the database went away")
 
     monkeypatch.setattr(desk, "_write", refused)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(OperationalError):
         desk.flush()
     monkeypatch.undo()
     later = first + timedelta(seconds=1)
@@ -139,3 +141,19 @@ def test_a_flush_the_database_refused_goes_back_in_the_queue(monkeypatch):
     assert desk.flush().written == 1
     node.refresh_from_db()
     assert (node.last_seen, node.load, node.shard_status) == (later, {"cpu_percent": 7.0}, [])
+
+
+def test_a_flush_that_failed_for_another_reason_is_dropped(monkeypatch):
+    node = Node.objects.create(name="n-x", last_seen=timezone.now() - timedelta(minutes=5), credential_digest="d-x")
+    desk = HeartbeatDesk()
+    desk.remember(node)
+    desk.accept(desk.nodes["d-x"], {"load": {"cpu_percent": 5.0}, "shards": []}, timezone.now())
+
+    def broken(pending):
+        raise ValueError("a value the column cannot hold")
+
+    monkeypatch.setattr(desk, "_write", broken)
+    with pytest.raises(ValueError):
+        desk.flush()
+    monkeypatch.undo()
+    assert desk.flush().written == 0, "not queued again"
