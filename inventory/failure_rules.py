@@ -14,6 +14,7 @@ machines dying — and nothing on those nodes is to be moved until it ends.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -149,11 +150,13 @@ def hold_until(started_at: datetime, *, members: int, fleet: int, hold_s: float 
     oldest first. A partition of a group that is the whole fleet (``members``
     at least ``fleet``) never does: then it is most likely the control host
     that is cut off, and there is nowhere to move to. ``hold_s`` 0 or less
-    turns the bound off.
+    turns the bound off. The bound is rounded up to the microsecond a
+    datetime holds, never down: ``timedelta`` rounds to the nearest, which
+    made a hold of a fraction of a microsecond end at its own start.
     """
     if hold_s <= 0 or members >= fleet:
         return None
-    return started_at + timedelta(seconds=hold_s)
+    return started_at + timedelta(microseconds=math.ceil(hold_s * 1_000_000))
 
 
 def held_past(until: datetime | None, now: datetime) -> bool:
