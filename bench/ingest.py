@@ -18,13 +18,11 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,15 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.simulator.fleet import build_fleet
 from agent.simulator.runner import Simulation
 from bench.loadgen import drive_fleet, encode_post
+from bench.serve import start_serve
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = "llmgw_bench"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def reset_database() -> None:
@@ -63,30 +56,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start_server(data: Path, redis: str) -> tuple[subprocess.Popen, str]:
-    admin, gateway = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    env.update(
-        LLMGW_DATA_DIR=str(data),
-        LLMGW_DATABASE_URL=f"{PG}/{DB}",
-        LLMGW_REDIS_URL=redis,
-        LLMGW_ADMIN_ADDR=admin,
-        LLMGW_GATEWAY_ADDR=gateway,
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmgw.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(data / "serve.log").open("w"),
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://{admin}/healthz", timeout=2).status_code == 200:
-                return proc, admin
-        except httpx.TransportError:
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("llmgw serve did not start; see " + str(data / "serve.log"))
+    proc = start_serve(data, f"{PG}/{DB}", redis, timeout_s=90)
+    return proc, proc.admin
 
 
 def pct(values: list[float], p: float) -> float:

@@ -48,14 +48,14 @@ import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import djangodb
-from bench.ingest import cpu_seconds, free_port, pct
+from bench.ingest import cpu_seconds, pct
 from bench.loadgen import Connection, drive_fleet, encode_post
+from bench.serve import start_serve
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = os.environ.get("LLMGW_BENCH_DB", "llmgw_bench_scale")
@@ -144,32 +144,8 @@ def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
 
 
 def start_server(data: Path) -> tuple[subprocess.Popen, str]:
-    admin, gateway = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
-    env.update(
-        LLMGW_DATA_DIR=str(data),
-        LLMGW_DATABASE_URL=f"{PG}/{DB}",
-        LLMGW_REDIS_URL=REDIS,
-        LLMGW_ADMIN_ADDR=admin,
-        LLMGW_GATEWAY_ADDR=gateway,
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmgw.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(data / "serve.log").open("w"),
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://{admin}/healthz", timeout=2).status_code == 200 and (data / "join-token").exists():
-                return proc, admin
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("llmgw serve did not start; see " + str(data / "serve.log"))
+    proc = start_serve(data, f"{PG}/{DB}", REDIS)
+    return proc, proc.admin
 
 
 # ---------------------------------------------------------------- the protocol side
