@@ -14,6 +14,7 @@ refused outright, because a refused handshake reaches the browser as a bare
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,12 +23,30 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from core import outage
-from dashboard import live
+from dashboard import live, messages
 from inventory.models import GPU, Node, NVLinkDomain
 
 FORBIDDEN = 4403
 TRY_AGAIN = 4503
 """Closed for a while (a 503 of websockets); autobahn accepts only 1000 and 3000-4999 from a server."""
+
+FRAME_EVERY_S = 0.25
+"""A page hears at most one frame per this long; a change waits at most this long to be sent.
+
+A heartbeat storm (a rack rebooting, ten thousand nodes registering) publishes
+hundreds of messages a second. Forwarded one frame each, they would keep a
+browser re-rendering and its socket's buffer growing; a page needs only to
+know, within a second, which of its parts to fetch again. A message after a
+quiet spell goes out at once; what arrives within the next quarter second
+waits and goes out with it in one frame (``batch``).
+"""
+
+MOST_IN_A_BATCH = 100
+"""More messages than this in one window go out as ``resync``: the page fetches every part again.
+
+Fetching every part costs the page what a reconnect does, and a frame
+naming thousands of nodes would cost more than that to send and to read.
+"""
 
 
 def same_origin(scope: dict[str, Any]) -> bool:
@@ -55,6 +74,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         self.joined = []
+        self.pending: list[dict[str, Any]] = []
+        self.last_frame = float("-inf")
+        self.flusher: asyncio.Task | None = None
         await self.accept()
         if not (is_operator(self.scope.get("user")) and same_origin(self.scope)):
             await self.close(code=FORBIDDEN)
@@ -87,6 +109,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await send({"type": "websocket.close", "code": TRY_AGAIN})
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "flusher", None) is not None:
+            self.flusher.cancel()
+            self.flusher = None
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -94,10 +119,43 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """Pages only listen; anything they send is ignored."""
 
     async def live_update(self, message: dict[str, Any]) -> None:
-        """A ``live.update`` from dashboard.live.publish: forwarded as it is, without the channel's type."""
+        """A ``live.update`` from dashboard.live.publish: forwarded without the channel's type, coalesced.
+
+        Sent at once after a quiet spell; within FRAME_EVERY_S of the last
+        frame it is held and sent with whatever else arrives by then.
+        """
         if not self.wants(message):
             return
-        await self.send_json({k: message[k] for k in ("kind", "subject", "data") if k in message})
+        self.pending.append({k: message[k] for k in ("kind", "subject", "data") if k in message})
+        if self.flusher is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self.last_frame + FRAME_EVERY_S - loop.time()
+        if wait <= 0:
+            await self.send_pending()
+        else:
+            self.flusher = loop.create_task(self.send_later(wait))
+
+    async def send_later(self, wait: float) -> None:
+        """send_pending after ``wait`` s; the socket may have closed meanwhile, and the page re-fetches then."""
+        await asyncio.sleep(wait)
+        with contextlib.suppress(Exception):
+            await self.send_pending()
+
+    async def send_pending(self) -> None:
+        """One frame for everything held: the message itself when it is alone, else a batch or a resync."""
+        self.flusher = None
+        held, self.pending = self.pending, []
+        if not held:
+            return
+        self.last_frame = asyncio.get_running_loop().time()
+        if len(held) == 1:
+            frame = held[0]
+        elif len(held) > MOST_IN_A_BATCH:
+            frame = messages.resync(len(held))
+        else:
+            frame = messages.batch(held)
+        await self.send_json(dict(frame))
 
     async def live_groups(self) -> list[str] | None:
         """The groups to join; None when the page's subject does not exist."""

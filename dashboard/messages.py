@@ -29,6 +29,8 @@ NODE_REACHABLE = "node.reachable"
 FLEET_REACHABILITY = "fleet.reachability"
 FLEET_FINDINGS = "fleet.findings"
 PLACEMENT_CHANGED = "placement.changed"
+BATCH = "batch"
+RESYNC = "resync"
 FLEET_SUBJECT = "fleet"
 
 
@@ -81,6 +83,30 @@ class PlacementChanged(TypedDict):
     scaled: int
     """Models whose desired count the autoscaler changed."""
     waiting: int  # replicas on lost nodes left for a later pass by the move rate
+
+
+class Batch(TypedDict):
+    """``batch`` (subject: fleet): messages a page's socket held back for a moment, in the order they came.
+
+    Only the page's socket sends it (dashboard.consumers), never a publisher:
+    the page reads each of ``updates`` as if it had come alone.
+    """
+
+    updates: list[Update]
+
+
+class Resync(TypedDict):
+    """``resync`` (subject: fleet): too many messages came at once to list; the page fetches every part again."""
+
+    held: int
+
+
+def batch(updates: list[Update]) -> Update:
+    return Update(kind=BATCH, subject=FLEET_SUBJECT, data=Batch(updates=updates))
+
+
+def resync(held: int) -> Update:
+    return Update(kind=RESYNC, subject=FLEET_SUBJECT, data=Resync(held=held))
 
 
 def node_report(node: Node, result: IngestResult) -> Update:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import pytest
@@ -12,7 +13,7 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from dashboard import consumers, live
+from dashboard import consumers, live, messages
 from dashboard.routing import websocket_urlpatterns
 from inventory.models import Node, NVLinkDomain
 from tests.api.fleet import ingest_fleet
@@ -184,3 +185,100 @@ async def test_a_page_whose_layer_is_away_is_closed_to_reconnect_later(olivia, s
     # 4503, not a crash: the page's script reconnects after any code but 4403 and 4404.
     assert await refused_with(comm) == consumers.TRY_AGAIN
     await comm.wait()
+
+
+async def storm(count: int, every_s: float = 0.0) -> float:
+    """``count`` node reports to the fleet group, as fast as the layer takes them or ``every_s`` apart; when done."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    for k in range(count):
+        await layer.group_send(live.fleet_group(), {"type": live.MESSAGE_TYPE, **report(f"n-{k:04d}", fields=[k])})
+        if every_s:
+            await asyncio.sleep(every_s)
+    return asyncio.get_running_loop().time()
+
+
+async def frames_carrying(comm: WebsocketCommunicator, count: int) -> list[tuple[float, dict]]:
+    """Frames until they have told of ``count`` messages (a resync tells of all it held), each timed on arrival.
+
+    A receive that times out cancels the consumer (asgiref's communicator), so
+    the test waits for what it expects and then asks that nothing more came.
+    """
+    out: list[tuple[float, dict]] = []
+    loop = asyncio.get_running_loop()
+    while sum(told(frame) for _, frame in out) < count:
+        out.append((loop.time(), await comm.receive_json_from(timeout=5)))
+    assert await comm.receive_nothing(timeout=consumers.FRAME_EVERY_S * 2)
+    return out
+
+
+def told(frame: dict) -> int:
+    if frame["kind"] == messages.BATCH:
+        return len(frame["data"]["updates"])
+    return frame["data"]["held"] if frame["kind"] == messages.RESYNC else 1
+
+
+def carried(frames: list[tuple[float, dict]]) -> list[str]:
+    """The subjects the frames told the page about, in order (a batch's each; a lone message's own)."""
+    out = []
+    for _, frame in frames:
+        if frame["kind"] == messages.BATCH:
+            out += [u["subject"] for u in frame["data"]["updates"]]
+        else:
+            out.append(frame["subject"])
+    return out
+
+
+@run_async
+async def test_a_burst_is_one_frame_after_the_first_and_loses_nothing(olivia, monkeypatch):
+    # A window longer than the burst takes to send on a loaded machine, so the burst is certain to fit in it.
+    monkeypatch.setattr(consumers, "FRAME_EVERY_S", 2.0)
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    await storm(40)
+    frames = await frames_carrying(comm, 40)
+    # The first goes out at once (nothing came before it); the other 39 wait for the window and go together.
+    assert [f["kind"] for _, f in frames] == ["node.report", messages.BATCH]
+    assert carried(frames) == [f"n-{k:04d}" for k in range(40)]
+    assert frames[1][1]["data"]["updates"][0] == report("n-0001", fields=[1])
+    await comm.disconnect()
+
+
+@run_async
+async def test_a_long_storm_is_at_most_a_few_frames_a_second_and_nothing_waits_past_the_window(olivia):
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    sender = asyncio.ensure_future(storm(300, every_s=0.005))
+    frames = await frames_carrying(comm, 300)
+    last_sent = await sender
+    assert carried(frames) == [f"n-{k:04d}" for k in range(300)], "every message, once, in order"
+    # One frame a window at most (plus the first, sent at once), however many messages came.
+    spent = frames[-1][0] - started
+    assert len(frames) <= spent / consumers.FRAME_EVERY_S + 2, (len(frames), spent)
+    # The last message waited for its window and no longer (the slack is this loaded test's own).
+    assert frames[-1][0] - last_sent < consumers.FRAME_EVERY_S + 0.75
+    await comm.disconnect()
+
+
+@run_async
+async def test_more_than_a_batch_holds_is_one_resync(olivia, monkeypatch):
+    monkeypatch.setattr(consumers, "FRAME_EVERY_S", 2.0)
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    await storm(1)
+    await storm(consumers.MOST_IN_A_BATCH + 1)
+    frames = await frames_carrying(comm, consumers.MOST_IN_A_BATCH + 2)
+    assert [f for _, f in frames][1:] == [
+        {"kind": messages.RESYNC, "subject": "fleet", "data": {"held": consumers.MOST_IN_A_BATCH + 1}}
+    ]
+    await comm.disconnect()
+
+
+@run_async
+async def test_a_page_that_leaves_while_messages_are_held_leaves_cleanly(olivia):
+    comm = await open_socket("/ws/console/fleet/", olivia)
+    await storm(5)
+    assert (await comm.receive_json_from(timeout=2))["subject"] == "n-0000"
+    await comm.disconnect()
+    await asyncio.sleep(consumers.FRAME_EVERY_S * 2)
+    assert await comm.receive_nothing(timeout=0.1)

@@ -311,8 +311,17 @@ class LivePage:
             time.sleep(0.5)
 
     def heard(self, kind: str, since: float) -> float | None:
-        """When the first message of ``kind`` after ``since`` arrived, if one has."""
-        return min((t for t, m in self.messages if t > since and m.get("kind") == kind), default=None)
+        """When the first message of ``kind`` after ``since`` arrived, if one has.
+
+        Inside a batch as well; a resync (too many to list) tells the page of everything.
+        """
+
+        def kinds(frame: dict) -> list[str]:
+            if frame.get("kind") == "batch":
+                return [u.get("kind") for u in frame.get("data", {}).get("updates", [])]
+            return [kind] if frame.get("kind") == "resync" else [frame.get("kind")]
+
+        return min((t for t, m in self.messages if t > since and kind in kinds(m)), default=None)
 
     def __enter__(self) -> LivePage:
         self.thread.start()

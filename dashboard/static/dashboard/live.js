@@ -16,6 +16,11 @@
  *                                publishes yet).
  * After a reconnect every part is fetched again: messages sent while the socket
  * was down are lost, the database is not.
+ *
+ * In a storm the socket holds messages back for a quarter second and sends
+ * them in one frame (dashboard/consumers.py): a "batch" lists them, each read
+ * as if it had come alone, and each part is fetched once for all of them; a
+ * "resync" says too many came to list, and every part is fetched again.
  */
 (function () {
   "use strict";
@@ -175,7 +180,19 @@
       } catch (e) {
         return;
       }
-      concerned(msg).forEach(function (el) { refresh(el.getAttribute("data-live-fragment")); });
+      var wanted = [];
+      if (msg.kind === "resync") {
+        wanted = outermost();
+      } else {
+        var each = msg.kind === "batch" && msg.data && Array.isArray(msg.data.updates) ? msg.data.updates : [msg];
+        each.forEach(function (one) {
+          concerned(one).forEach(function (el) { if (wanted.indexOf(el) < 0) wanted.push(el); });
+        });
+      }
+      // Each part once for the whole frame, and only the outermost of those that nest.
+      wanted
+        .filter(function (el) { return !wanted.some(function (o) { return o !== el && o.contains(el); }); })
+        .forEach(function (el) { refresh(el.getAttribute("data-live-fragment")); });
     };
     ws.onclose = function (ev) {
       stopTimers();
