@@ -27,6 +27,13 @@ again after one node is cordoned.
 
     python bench/scale.py --sizes 2000,5000,10000 --seconds 30
 
+Registering 10,000 nodes takes minutes, so a registered fleet can be kept and
+its read side measured again on a copy (each size's database is
+``NAME_<size>``; the copy is made by ``CREATE DATABASE ... TEMPLATE``):
+
+    python bench/scale.py --sizes 10000 --seconds 0 --no-scheduler --keep-db h3_scale
+    python bench/scale.py --sizes 10000 --no-scheduler --read-only-from h3_scale
+
 Timings on a shared 2-core machine are noisy; each is printed with its size.
 """
 
@@ -92,11 +99,20 @@ def setup_django() -> None:
     admin_sql(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)", f"CREATE DATABASE {TEMPLATE} TEMPLATE {DB}")
 
 
-def fresh_database() -> None:
+def fresh_database(template: str = TEMPLATE) -> None:
+    """DB made again from ``template``: the migrated, empty schema, or a kept fleet."""
     from django.db import connections
 
     connections.close_all()
-    admin_sql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB} TEMPLATE {TEMPLATE}")
+    admin_sql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB} TEMPLATE {template}")
+
+
+def keep_database(name: str) -> None:
+    """A copy of DB as it stands (the fleet registered, replicas placed) under ``name``, for --read-only-from."""
+    from django.db import connections
+
+    connections.close_all()
+    admin_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name} TEMPLATE {DB}")
 
 
 # ---------------------------------------------------------------- the server
@@ -510,18 +526,32 @@ def main() -> int:
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")
     parser.add_argument("--no-scheduler", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-db", metavar="NAME", help="keep each size's registered fleet as database NAME_<size>")
+    parser.add_argument(
+        "--read-only-from", metavar="NAME", help="measure only the read side, on a copy of NAME_<size> (--keep-db's)"
+    )
     args = parser.parse_args()
     setup_django()
     from agent.simulator.fleet import build_fleet
 
     results: dict[int, dict] = {}
     for size in (int(s) for s in args.sizes.split(",")):
-        fresh_database()
-        sims = build_fleet(spec_for(size))
-        print(f"== {len(sims):,} nodes ({spec_for(size)})", flush=True)
         started = time.monotonic()
-        results[size] = asyncio.run(protocol_side(sims, args))
-        results[size]["replicas"] = place_replicas()
+        if args.read_only_from:
+            fresh_database(f"{args.read_only_from}_{size}")
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0)  # a fleet kept before a later migration gets it
+            print(f"== {size:,} nodes, read side only, on a copy of {args.read_only_from}_{size}", flush=True)
+            results[size] = {}
+        else:
+            fresh_database()
+            sims = build_fleet(spec_for(size))
+            print(f"== {len(sims):,} nodes ({spec_for(size)})", flush=True)
+            results[size] = asyncio.run(protocol_side(sims, args))
+            results[size]["replicas"] = place_replicas()
+            if args.keep_db:
+                keep_database(f"{args.keep_db}_{size}")
         results[size].update(read_side(args))
         print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
         print_table({size: results[size]})

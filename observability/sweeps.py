@@ -48,6 +48,7 @@ from django.db import transaction
 
 from catalog.models import CatalogModel
 from core import cycles
+from core.jsonrows import values_decoded_once
 from core.models import Finding, Severity
 from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
@@ -115,6 +116,24 @@ class Fleet:
 
 # --- loading (the only queries) -------------------------------------------------------------------------------------
 
+# What a sweep reads of each card, in GpuFact's order.
+GPU_FACTS = (
+    "node__name",
+    "index",
+    "parent_index",
+    "fabric_state",
+    "domain_id",
+    "cluster_uuid",
+    "clique_id",
+    "health",
+    "ecc",
+    "remapped_rows",
+    "retired_pages",
+    "previous_memory",
+    "memory_changed_at",
+)
+GPU_FACTS_JSON = ("health", "ecc", "remapped_rows", "retired_pages", "previous_memory")
+
 
 def load(now: datetime) -> Fleet:
     # A row object for every GPU of the fleet, none in a cycle (core.cycles).
@@ -132,22 +151,11 @@ def _load(now: datetime) -> Fleet:
     for pk, uuid, clique, name in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id", "name"):
         keys[pk] = f"{uuid}/{clique}"
         fleet.domain_names[keys[pk]] = name or keys[pk]
-    rows = GPU.objects.values_list(
-        "node__name",
-        "index",
-        "parent_index",
-        "fabric_state",
-        "domain_id",
-        "cluster_uuid",
-        "clique_id",
-        "health",
-        "ecc",
-        "remapped_rows",
-        "retired_pages",
-        "previous_memory",
-        "memory_changed_at",
-    )
-    for node, index, parent, state, domain_id, uuid, clique, health, ecc, remap, retired, before, changed in rows:
+    # Each distinct JSON value decoded once: a healthy card's counters are every healthy card's (core.jsonrows).
+    rows = values_decoded_once(GPU.objects.all(), GPU_FACTS, GPU_FACTS_JSON)
+    for node, index, parent, state, domain_id, uuid, clique, health, ecc, remap, retired, before, changed in (
+        r.values() for r in rows
+    ):
         fleet.gpus.append(
             GpuFact(
                 node,
@@ -476,12 +484,17 @@ def record(found: list[Found], now: datetime) -> Recorded:
         ]
     )
     result.opened = sorted(k for k in current if k not in open_rows)
-    refreshed = []
+    refreshed, reworded = [], []
     for key, row in open_rows.items():
         if key in current:
-            row.last_seen, row.message, row.severity = now, current[key].message, current[key].severity
-            refreshed.append(row)
-    Finding.objects.bulk_update(refreshed, ["last_seen", "message", "severity"], batch_size=1000)
+            refreshed.append(row.pk)
+            if (row.message, row.severity) != (current[key].message, current[key].severity):
+                row.message, row.severity = current[key].message, current[key].severity
+                reworded.append(row)
+    # One UPDATE for every refreshed row's last_seen, and a row by row CASE only for the few reworded:
+    # rewriting thousands of unchanged findings that way was most of a large fleet's sweep.
+    Finding.objects.filter(pk__in=refreshed).update(last_seen=now)
+    Finding.objects.bulk_update(reworded, ["message", "severity"], batch_size=1000)
     gone = [row.pk for key, row in open_rows.items() if key not in current]
     Finding.objects.filter(pk__in=gone).update(resolved_at=now)
     result.resolved = sorted(k for k in open_rows if k not in current)

@@ -473,6 +473,11 @@ def node_list(
     return inventory_nodes.node_list(node_usage(), now, fields, wiring)
 
 
+def node_tiles() -> list[dict[str, Any]]:
+    """Every node as the console's strip of tiles shows it (``inventory.reads.nodes.node_tiles``)."""
+    return inventory_nodes.node_tiles(node_usage())
+
+
 def node_pages(
     now: datetime | None = None,
     fields: frozenset[str] | None = None,

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core import cycles
+from core.jsonrows import values_decoded_once
 from core.models import AuditEntry
 from inventory import devices
 from inventory.devices import mig_label
@@ -35,6 +36,7 @@ GPU_LIST_FIELDS = ("node_id", "index", "gpu_class", "health", "parent_index", "m
 # What each card in the listing's ``gpus`` shows: the seeds' GPUView (index, name, numa,
 # nvlink_peers, nearest_nic, nic_path, fabric_state, domain, bandwidth), read as values.
 _GPU_WIRING = ("name", "numa", "nvlink_peers", "nics", "fabric_state", "fabric_bandwidth")
+_GPU_WIRING_JSON = ("nvlink_peers", "nics")  # the same on every card of a kind: decoded once (core.jsonrows)
 # What the node list reads of each GPU: its health only where it has a problem, since decoding
 # fourteen thousand empty JSON lists is most of the listing's time on a large fleet.
 _GPU_LEAN = [f for f in GPU_LIST_FIELDS if f != "health"]
@@ -128,23 +130,22 @@ def _node_list(
     Answers the views and the last node's name (where the next page starts).
     """
     cards = wiring and (fields is None or "gpus" in fields)
-    nodes = Node.objects.order_by("name").defer(*_NODE_UNLISTED)
+    rows = Node.objects.order_by("name")
     if after is not None:
-        nodes = nodes.filter(name__gt=after)
+        rows = rows.filter(name__gt=after)
+    if limit is not None:
+        rows = rows[:limit]
+    nodes = _listed_nodes(rows)
     gpu_rows, port_rows = GPU.objects.all(), IBPort.objects.all()
     if limit is not None:
-        nodes = list(nodes[:limit])
         ids = [n.pk for n in nodes]
         gpu_rows, port_rows = gpu_rows.filter(node_id__in=ids), port_rows.filter(node_id__in=ids)
-    problems = {(n, i): h for n, i, h in gpu_rows.exclude(health=[]).values_list("node_id", "index", "health")}
-    gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in gpu_rows.order_by("node_id", "index").values(*_GPU_LEAN, *(_GPU_WIRING if cards else ())):
-        g["health"] = problems.get((g["node_id"], g["index"])) or []
-        gpus[g["node_id"]].append(g)
+    gpus = _listed_gpus(gpu_rows, cards)
     ports: dict[int, list[dict]] = defaultdict(list)
     if wiring and (fields is None or "ib_ports" in fields):
+        physical: dict[tuple, tuple[str, str]] = {}
         for p in port_rows.order_by("node_id", "hca", "port").values("node_id", *PORT_FIELDS):
-            ports[p["node_id"]].append(_port_view(p))
+            ports[p["node_id"]].append(_port_view(p, physical))
     domains = _domain_keys() if domains is None else domains
     nearest: dict[tuple, tuple[str, str] | None] = {}
     out, last = [], None
@@ -157,6 +158,57 @@ def _node_list(
             view["ib_ports"] = ports[n.pk]
         out.append(view if fields is None else {k: v for k, v in view.items() if k in fields})
     return out, last
+
+
+def _listed_gpus(rows: QuerySet, cards: bool) -> dict[int, list[dict]]:
+    """Node id → its GPUs as the listing reads them (``GPU_LIST_FIELDS``, with the wiring when ``cards``)."""
+    problems = {(n, i): h for n, i, h in rows.exclude(health=[]).values_list("node_id", "index", "health")}
+    gpus: dict[int, list[dict]] = defaultdict(list)
+    listed = rows.order_by("node_id", "index")
+    for g in values_decoded_once(listed, (*_GPU_LEAN, *(_GPU_WIRING if cards else ())), _GPU_WIRING_JSON):
+        g["health"] = problems.get((g["node_id"], g["index"])) or []
+        gpus[g["node_id"]].append(g)
+    return gpus
+
+
+def node_tiles(usage: NodeUsage) -> list[dict[str, Any]]:
+    """Every node by name with what the console's strip of tiles shows of it, and no more.
+
+    ``id``, ``state``, ``reachable``, ``lost``, ``gpu_total``, ``gpu_free``,
+    ``unhealthy_gpus`` and ``nvlink_domain`` as :func:`node_list` gives them
+    (the same counting and domain rules), without the node's other columns:
+    the strip of a large fleet read every node's labels, disks and engines
+    only to drop them.
+    """
+    with cycles.uncollected():
+        gpus, domains = _listed_gpus(GPU.objects.all(), cards=False), _domain_keys()
+        out = []
+        for pk, name, state, reachable, lost in Node.objects.order_by("name").values_list(
+            "pk", "name", "state", "reachable", "lost"
+        ):
+            by_class = devices.count_by_class(gpus[pk], usage.used.get(pk, set()))
+            view = {"id": name, "state": state, "reachable": reachable, "lost": lost, **_totals(by_class)}
+            view["unhealthy_gpus"] = devices.out_of_placement(gpus[pk])
+            _put(view, "nvlink_domain", _node_domain(gpus[pk], domains))
+            out.append(view)
+        return out
+
+
+def _totals(by_class: list[dict[str, Any]]) -> dict[str, int]:
+    """A node's devices and free devices, from its counts by class."""
+    return {"gpu_total": sum(c["total"] for c in by_class), "gpu_free": sum(c["free"] for c in by_class)}
+
+
+def _listed_nodes(rows: QuerySet) -> list[Node]:
+    """The listing's nodes, their unlisted columns deferred, each distinct JSON value decoded once (core.jsonrows).
+
+    Nodes of one kind repeat their labels, engines, disks, fabrics and CPU
+    flags; decoding them per node was a large part of listing a big fleet.
+    """
+    names = [f.attname for f in Node._meta.concrete_fields if f.name not in _NODE_UNLISTED]
+    json_fields = [f.attname for f in Node._meta.concrete_fields if f.get_internal_type() == "JSONField"]
+    db = rows.db
+    return [Node.from_db(db, names, [r[n] for n in names]) for r in values_decoded_once(rows, names, json_fields)]
 
 
 def _gpu_brief(g: Mapping[str, Any], domains: Mapping[int, str], nearest: dict) -> dict[str, Any]:
@@ -241,8 +293,7 @@ def _node_view(
         "reachable": node.reachable,
         "lost": node.lost,
         "labels": {str(k): str(v) for k, v in node.labels.items()} if isinstance(node.labels, dict) else {},
-        "gpu_total": sum(c["total"] for c in by_class),
-        "gpu_free": sum(c["free"] for c in by_class),
+        **_totals(by_class),
         "devices": by_class,
         "gpu_classes": [c["class"] for c in by_class],
         "unhealthy_gpus": devices.out_of_placement(gpus),
@@ -394,8 +445,11 @@ def _gpu_view(g: GPU, held_by: str | None) -> dict[str, Any]:
     return view
 
 
-def _port_view(p: Mapping[str, Any]) -> dict[str, Any]:
-    """One port from a values() row of PORT_FIELDS; ``errors_rising`` too when the row has ``previous_counters``."""
+def _port_view(p: Mapping[str, Any], physical: dict | None = None) -> dict[str, Any]:
+    """One port from a values() row of PORT_FIELDS; ``errors_rising`` too when the row has ``previous_counters``.
+
+    ``physical`` remembers each (fabric key, SM LID)'s words and id: the ports of a fabric share a few.
+    """
     counters = p["counters"] if isinstance(p["counters"], dict) else {}
     state = p["state"]
     view: dict[str, Any] = {"hca": p["hca"], "port": p["port"], "state": state, "active": "ACTIVE" in state.upper()}
@@ -407,10 +461,15 @@ def _port_view(p: Mapping[str, Any]) -> dict[str, Any]:
     network, sm_guid = p["network"], p["sm_guid"]
     key = (f"roce:{network}" if network else None) if roce else (f"sm:{sm_guid}" if sm_guid else None)
     if key:
-        view["physical"] = describe_key(key, None if roce else p["sm_lid"])
-        view["physical_id"] = fabric_id(key)
+        lid = None if roce else p["sm_lid"]
+        if physical is None or (named := physical.get((key, lid))) is None:
+            named = (describe_key(key, lid), fabric_id(key))
+            if physical is not None:
+                physical[(key, lid)] = named
+        view["physical"], view["physical_id"] = named
     _put(view, "sm_error", p["sm_error"] or None)
-    errors = {k: int(counters[k]) for k in ERROR_COUNTERS if _positive(counters.get(k))}
+    # A counter at zero (most of them) is no error: skipped before the full check.
+    errors = {k: int(counters[k]) for k in ERROR_COUNTERS if counters.get(k) and _positive(counters[k])}
     view["errors"] = errors
     previous = p.get("previous_counters")
     if isinstance(previous, dict):

@@ -274,6 +274,21 @@ def test_the_fleet_page_reads_a_fixed_number_of_queries_however_many_nodes(opera
     assert page.count('<a class="tile" href=') == 2 + 18 + 6 + 2 + 1
 
 
+def test_a_tile_shows_each_node_as_the_node_list_does(db):
+    """The strip's lean read gives the node list's own figures: counts, cards out of placement, domain, state."""
+    from placement.reads import node_list, node_tiles
+
+    sims = {s.name: s for s in ingest_fleet("gb200-nvl72:1,h100-hgx:3,a100-mig:2,cpu:1")}
+    F.gpu_lost(sims["hgx-001"], 2)
+    ingest(sims["hgx-001"])
+    place(add_model(), "hgx-000", [0, 1, 2])
+    Node.objects.filter(name="hgx-002").update(state="cordoned", reachable=False, lost=True)
+    keys = ("id", "state", "reachable", "lost", "gpu_total", "gpu_free", "unhealthy_gpus", "nvlink_domain")
+    listed = [{k: n[k] for k in keys if k in n} for n in node_list()]
+    assert node_tiles() == listed
+    assert any(t["unhealthy_gpus"] for t in listed) and any("nvlink_domain" in t for t in listed)
+
+
 # The strip of tiles as the fleet fragment's template loop drew it before the view built it.
 TILE_LOOP = (
     "{% for n in nodes %}"

@@ -15,6 +15,7 @@ from core.locks import exclusive
 from core.models import Finding
 from inventory import health_rules
 from inventory.models import Node
+from inventory.writes.ingest import ingest_report
 from llmgw.celery import beat_schedule
 from observability import sweeps
 from observability.findings import open_findings
@@ -196,6 +197,32 @@ def test_sweeping_twice_changes_nothing_but_last_seen(sims):
     again = sweep(2)
     assert first.opened and not again.changed and again.still_open == 1
     assert Finding.objects.count() == 1
+
+
+def queries_of_a_sweep(seconds: float) -> int:
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as seen:
+        sweep(seconds)
+    return len(seen)
+
+
+def test_a_sweep_takes_the_same_queries_however_many_nodes_and_findings(sims):
+    """No query per node, card or finding: a bigger fleet with ten times the findings sweeps in as many."""
+    F.gpu_lost(sims["hgx-000"], 0)
+    report_again([sims["hgx-000"]], at(1))
+    sweep(2)
+    few = queries_of_a_sweep(3)  # refreshing one open finding
+    more = [s for s in F.build_fleet("h100-hgx:4@north,a100-mig:2", prefix="more-")]
+    for sim in more:
+        ingest_report(Node.objects.create(name=sim.name, last_seen=at(4)), sim.report(), at(4))
+        if sim.kind == "h100-hgx":
+            F.gpu_lost(sim, 1)
+            F.gpu_lost(sim, 2)
+    report_again([s for s in more if s.kind == "h100-hgx"], at(5))
+    sweep(6)
+    assert Finding.objects.open().count() >= 9
+    assert queries_of_a_sweep(7) == few
 
 
 def test_open_findings_for_the_other_pieces(sims):
