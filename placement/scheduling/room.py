@@ -173,6 +173,15 @@ def _domain(gpus: tuple[GpuInfo, ...]) -> tuple[str | None, str | None, str | No
     cards = [g for g in gpus if g.parent is None]
     if not cards:
         return None, None, None
+    if len({(g.fabric_state, g.fabric_status, g.domain) for g in cards}) == 1:
+        # Every card reports the same (most nodes): one card's answer is the node's, unless
+        # there is a problem worth spelling out card by card, below.
+        g = cards[0]
+        hint = g.domain if g.domain and nvlink_rules.registered(g.fabric_state, g.fabric_status) else None
+        if _card_problem(g, hint) is None:
+            return hint, hint, None
+        if hint is None and not nvlink_rules.trying(g.fabric_state, g.fabric_status):
+            return None, None, None
     joined_to: dict[str, int] = {}
     for g in cards:
         if g.domain and nvlink_rules.registered(g.fabric_state, g.fabric_status):
@@ -296,6 +305,12 @@ class Room:
         # explanation computed for it can be reused until something changes.
         self.version: dict[str, int] = {}
         self._cache: dict[tuple, object] = {}
+        # NVLink domain → a count bumped whenever one of its nodes loses free GPUs, and the
+        # domain nodes able to take a shard of a profile's shape, rebuilt only for a domain that moved.
+        self.domain_version: dict[str, int] = {}
+        self._domain_able: dict[tuple, dict[str, tuple[int, list[NodeRoom]]]] = {}
+        # (class, fabric) → the subsets of ``whole_free`` fitting a profile's shape, kept as nodes leave it.
+        self._whole_fit: dict[tuple[str, str], dict[tuple, dict[str, None]]] = {}
         self._index_classes()
         self._index_memory()
 
@@ -347,6 +362,34 @@ class Room:
             per_pool[pool] = b
         return per_pool[pool]
 
+    def domain_able(self, cls: str, domain: str, shape: tuple, ready: Callable[[NodeRoom], bool]) -> list[NodeRoom]:
+        """The nodes of ``domain`` that ``ready`` accepts, in index order; ``shape`` names what ``ready`` tests.
+
+        Kept per domain and rebuilt only once one of the domain's nodes has had GPUs taken: a
+        multi-node placement looks at every domain, and all but one are as they were last time.
+        """
+        per_domain = self._domain_able.setdefault((cls, *shape), {})
+        version = self.domain_version.get(domain, 0)
+        seen = per_domain.get(domain)
+        if seen is None or seen[0] != version:
+            able = [n for name in self.domains[cls][domain] if ready(n := self.nodes[name])]
+            seen = per_domain[domain] = (version, able)
+        return seen[1]
+
+    def whole_fitting(self, cls: str, fabric: str, shape: tuple, fits: Callable[[NodeRoom], bool]) -> dict[str, None]:
+        """The entirely free nodes of ``fabric`` that ``fits`` accepts, in index order.
+
+        ``fits`` must depend only on what a node is, never on what it has free (``shape``
+        names what it tests): the subset is filtered once, then loses each node as
+        ``take_gpus`` takes it out of ``whole_free``.
+        """
+        per_shape = self._whole_fit.setdefault((cls, fabric), {})
+        subset = per_shape.get(shape)
+        if subset is None:
+            names = self.whole_free.get(cls, {}).get(fabric, {})
+            subset = per_shape[shape] = {n: None for n in names if fits(self.nodes[n])}
+        return subset
+
     def cached(self, key: tuple, build: Callable[[], object]) -> object:
         if key not in self._cache:
             self._cache[key] = build()
@@ -364,9 +407,13 @@ class Room:
             if pool in per_pool:
                 per_pool[pool].move(node.name, old, new)
         self.version[cls] += 1
+        if node.domain:
+            self.domain_version[node.domain] = self.domain_version.get(node.domain, 0) + 1
         if was_whole and node.info.fabric:
             for c in node.stock:
                 self.whole_free.get(c, {}).get(node.info.fabric, {}).pop(node.name, None)
+                for subset in self._whole_fit.get((c, node.info.fabric), {}).values():
+                    subset.pop(node.name, None)
                 self.version[c] += 1
 
     def take_memory(self, node: NodeRoom, mb: int) -> None:
