@@ -178,12 +178,17 @@ def _place_in_domain(room: Room, model: str, profile: ProfileSpec) -> NewReplica
     """Inside one multi-node NVLink domain: the domain with the fewest able nodes that still has enough."""
     cls = profile.gpu_class
     shape = (profile.pool, profile.engine, profile.gpus)
+    # No domain had this many able nodes when the class was last as it is now: none has yet.
+    failed = room.no_domain.get((cls, *shape))
+    if failed is not None and failed[0] == room.version.get(cls, 0) and failed[1] <= profile.nodes:
+        return None
     best: tuple[int, str, list[NodeRoom]] | None = None
     for domain in room.domains.get(cls, {}):
         able = room.domain_able(cls, domain, shape, lambda n: domain_ready(n, profile))
         if len(able) >= profile.nodes and (best is None or (len(able), domain) < best[:2]):
             best = (len(able), domain, able)
     if best is None:
+        room.no_domain[(cls, *shape)] = (room.version.get(cls, 0), profile.nodes)
         return None
     _, domain, able = best
     able = list(able)
