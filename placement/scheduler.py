@@ -141,8 +141,8 @@ class Planner:
 
     # --- what changed ---
 
-    def _changes(self, snapshot: Snapshot) -> tuple[list[NodeInfo], set[str]] | None:
-        """(changed nodes, ids of replicas added, removed or changed), or None when only a full plan will do."""
+    def _changes(self, snapshot: Snapshot) -> tuple[list[NodeInfo], dict[str, ReplicaInfo | None]] | None:
+        """(changed nodes, replicas added, removed (None) or changed by id), or None when only a full plan will do."""
         old = self._snapshot
         if old is None or self._room is None or self._room.taken or snapshot.now < old.now:
             return None
@@ -155,7 +155,7 @@ class Planner:
                 return None
         nodes: list[NodeInfo] = []
         if snapshot.nodes is not old.nodes:
-            if len(snapshot.nodes) != len(self._infos):
+            if not len(snapshot.nodes) == len(old.nodes) == len(self._infos):
                 return None
             # The same nodes in the same order, most of them the very same objects: compare those that are not.
             for info, was in zip(snapshot.nodes, old.nodes, strict=True):
@@ -165,13 +165,20 @@ class Planner:
                     return None
                 if info != self._infos[info.name]:
                     nodes.append(info)
-        replicas: set[str] = set()
+        replicas: dict[str, ReplicaInfo | None] = {}
         if snapshot.replicas is not old.replicas:
-            now = {r.id: r for r in snapshot.replicas}
-            for rid in now.keys() | self._replicas.keys():
-                a, b = self._replicas.get(rid), now.get(rid)
-                if a is not b and a != b:
-                    replicas.add(rid)
+            pairs = zip(snapshot.replicas, old.replicas, strict=False)
+            if len(snapshot.replicas) == len(old.replicas) and all(a.id == b.id for a, b in pairs if a is not b):
+                # The same replicas in the same order, a few of them changed: no need to match ids.
+                replicas = {
+                    a.id: a for a, b in zip(snapshot.replicas, old.replicas, strict=True) if a is not b and a != b
+                }
+            else:
+                now = {r.id: r for r in snapshot.replicas}
+                for rid in now.keys() | self._replicas.keys():
+                    a, b = self._replicas.get(rid), now.get(rid)
+                    if a is not b and a != b:
+                        replicas[rid] = b
         return nodes, replicas
 
     # --- a full plan, and what it leaves to reuse ---
@@ -212,12 +219,12 @@ class Planner:
 
     # --- a plan from the last one ---
 
-    def _follow(self, snapshot: Snapshot, nodes: list[NodeInfo], replicas: set[str]) -> Plan:
+    def _follow(self, snapshot: Snapshot, nodes: list[NodeInfo], replicas: dict[str, ReplicaInfo | None]) -> Plan:
         room = self._room
         assert room is not None
         touched = {n.name for n in nodes}
         dirty: set[str] = set()
-        now = {r.id: r for r in snapshot.replicas} if replicas else {}
+        now = replicas
         for rid in replicas:
             for r in (self._replicas.get(rid), now.get(rid)):
                 if r is not None:
