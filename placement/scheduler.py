@@ -35,6 +35,10 @@ Placement rules, by profile:
   joined it and whose IMEX is up; shards get ``NCCL_MNNVL_ENABLE=1``), then
   inside one InfiniBand fabric on entirely free nodes; never across two.
 
+Round after round, :class:`Planner` gives the same plans while rebuilding only
+what changed since the last snapshot; that it equals :func:`plan` on every
+snapshot is a promise (tests/placement/test_planner_incremental.py).
+
 Among candidates equally good by these rules, nodes that hold the model's
 weights come first, then nodes on a fabric where another node holds them
 (``Snapshot.weights``); a replica placed without them, when some node holds
@@ -43,10 +47,14 @@ them, says so among its model's reasons.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
 from catalog.definitions import ProfileSpec
 from catalog.rules import CPU_CLASS
 from placement.scheduling.explain import explain
-from placement.scheduling.lifecycle import ModelRound, assess, stale
+from placement.scheduling.lifecycle import ModelRound, assess, idle_seconds, stale
 from placement.scheduling.place import memory_mb, place
 from placement.scheduling.room import Room
 from placement.scheduling.types import (
@@ -54,6 +62,7 @@ from placement.scheduling.types import (
     COUNTING_STATES,
     DRAINING,
     READY,
+    REPLICA_READY,
     STOPPING,
     GpuInfo,
     ModelInfo,
@@ -81,6 +90,7 @@ __all__ = [
     "NewShard",
     "NodeInfo",
     "Plan",
+    "Planner",
     "ProfileSpec",
     "Rejection",
     "Replacement",
@@ -98,16 +108,235 @@ def plan(snapshot: Snapshot) -> Plan:
     return _Planner(snapshot).run()
 
 
+class Planner:
+    """:func:`plan`, round after round, reusing what the last round built wherever nothing it read changed.
+
+    ``Planner().plan(snapshot) == plan(snapshot)`` for every snapshot, whatever came before it
+    (tests/placement/test_planner_incremental.py). What is kept from the last snapshot:
+
+    - the room (step 1), as long as that round's plan took nothing from it: the nodes that
+      changed, and those whose replicas did, are patched into it (``Room.patch``);
+    - each model's assessment (step 2), as long as its catalog entry, its replicas and the nodes
+      they are on are as they were, and ``now`` has not reached the first moment one of its
+      replicas would turn idle (a round with an idle replica is assessed again whenever ``now`` moves).
+
+    Anything else — the first round, a round after one that placed something, a node added or
+    removed, a model added, removed or with other profiles, other weights, ``now`` going back —
+    is planned in full. Placing (step 3) and explaining (step 4) always run, on the kept room,
+    so the greedy order across models is the full plan's own. ``incremental`` says which it was.
+    """
+
+    def __init__(self) -> None:
+        self.incremental = False
+        self._snapshot: Snapshot | None = None
+        self._room: Room | None = None
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        changed = self._changes(snapshot)
+        if changed is None:
+            return self._full(snapshot)
+        nodes, replicas = changed
+        self.incremental = True
+        return self._follow(snapshot, nodes, replicas)
+
+    # --- what changed ---
+
+    def _changes(self, snapshot: Snapshot) -> tuple[list[NodeInfo], dict[str, ReplicaInfo | None]] | None:
+        """(changed nodes, replicas added, removed (None) or changed by id), or None when only a full plan will do."""
+        old = self._snapshot
+        if old is None or self._room is None or self._room.taken or snapshot.now < old.now:
+            return None
+        if snapshot.weights is not old.weights and snapshot.weights != old.weights:
+            return None
+        if snapshot.models is not old.models:
+            before = {m.name: m.profiles for m in old.models}
+            after = {m.name: m.profiles for m in snapshot.models}
+            if before.keys() != after.keys() or any(after[n] is not p and after[n] != p for n, p in before.items()):
+                return None
+        nodes: list[NodeInfo] = []
+        if snapshot.nodes is not old.nodes:
+            if not len(snapshot.nodes) == len(old.nodes) == len(self._infos):
+                return None
+            # The same nodes in the same order, most of them the very same objects: compare those that are not.
+            for info, was in zip(snapshot.nodes, old.nodes, strict=True):
+                if info is was:
+                    continue
+                if info.name != was.name:
+                    return None
+                if info != self._infos[info.name]:
+                    nodes.append(info)
+        replicas: dict[str, ReplicaInfo | None] = {}
+        if snapshot.replicas is not old.replicas:
+            pairs = zip(snapshot.replicas, old.replicas, strict=False)
+            if len(snapshot.replicas) == len(old.replicas) and all(a.id == b.id for a, b in pairs if a is not b):
+                # The same replicas in the same order, a few of them changed: no need to match ids.
+                replicas = {
+                    a.id: a for a, b in zip(snapshot.replicas, old.replicas, strict=True) if a is not b and a != b
+                }
+            else:
+                now = {r.id: r for r in snapshot.replicas}
+                for rid in now.keys() | self._replicas.keys():
+                    a, b = self._replicas.get(rid), now.get(rid)
+                    if a is not b and a != b:
+                        replicas[rid] = b
+        return nodes, replicas
+
+    # --- a full plan, and what it leaves to reuse ---
+
+    def _full(self, snapshot: Snapshot) -> Plan:
+        self.incremental = False
+        planner = _Planner(snapshot)
+        self._room = planner.room
+        self._infos = {n.name: n for n in snapshot.nodes}
+        self._replicas = {r.id: r for r in planner.replicas}
+        self._by_model: dict[str, list[ReplicaInfo]] = {}
+        self._on_node: dict[str, set[str]] = {}
+        for r in planner.replicas:
+            self._by_model.setdefault(r.model, []).append(r)
+            for sh in r.shards:
+                self._on_node.setdefault(sh.node, set()).add(r.id)
+        self._held = planner.held
+        self._states = planner.node_state
+        self._assessed: dict[str, _Assessed] = {}
+        result = self._run(planner, snapshot, set(self._by_model) | set(planner.models))
+        self._snapshot = snapshot
+        return result
+
+    def _run(self, planner: _Planner, snapshot: Snapshot, dirty: set[str]) -> Plan:
+        rounds: list[ModelRound] = []
+        for name, model in planner.models.items():
+            seen = self._assessed.get(name)
+            if name in dirty or seen is None or not seen.holds(model, snapshot.now):
+                seen = _Assessed.of(planner, model, self._by_model.get(name, []), snapshot.now)
+                self._assessed[name] = seen
+            planner.why_moving.update(seen.why_moving)
+            rounds.append(replace(seen.round) if seen.round.short or seen.round.moves else seen.round)
+        stale_ids = sorted(i for name in planner.models for i in self._assessed[name].stale)
+        result = planner.finish(self._by_model, rounds, stale_ids)
+        if planner.room.taken:
+            self._room = None
+        return result
+
+    # --- a plan from the last one ---
+
+    def _follow(self, snapshot: Snapshot, nodes: list[NodeInfo], replicas: dict[str, ReplicaInfo | None]) -> Plan:
+        room = self._room
+        assert room is not None
+        touched = {n.name for n in nodes}
+        dirty: set[str] = set()
+        now = replicas
+        for rid in replicas:
+            for r in (self._replicas.get(rid), now.get(rid)):
+                if r is not None:
+                    dirty.add(r.model)
+                    touched.update(sh.node for sh in r.shards)
+        for rid in replicas:
+            old = self._replicas.pop(rid, None)
+            if old is not None:
+                for sh in old.shards:
+                    self._on_node.get(sh.node, set()).discard(rid)
+            new = now.get(rid)
+            if new is not None:
+                self._replicas[rid] = new
+                for sh in new.shards:
+                    self._on_node.setdefault(sh.node, set()).add(rid)
+        for name in {m for m in dirty}:
+            mine = [r for r in self._by_model.get(name, []) if r.id not in replicas]
+            mine += [r for rid in replicas if (r := now.get(rid)) is not None and r.model == name]
+            if mine:
+                self._by_model[name] = sorted(mine, key=lambda r: r.id)
+            else:
+                self._by_model.pop(name, None)
+        for info in nodes:
+            self._infos[info.name] = info
+        models = {m.name: m for m in snapshot.models}
+        for info in nodes:
+            self._states[info.name] = info.state
+        planner = _Planner(snapshot, room=room, held=self._held, states=self._states)
+        for name in touched:
+            info = self._infos.get(name)
+            if info is None:
+                continue  # a replica on a node the snapshot does not have: the room never saw it either
+            on = [self._replicas[i] for i in sorted(self._on_node.get(name, ()))]
+            used = {g for r in on for sh in r.shards if sh.node == name for g in sh.gpus}
+            memory = sum(planner._cpu_mb(r) for r in on for sh in r.shards if sh.node == name)
+            room.patch(info, used, memory)
+            for key in [k for k in self._held if k[0] == name]:
+                del self._held[key]
+            self._held.update(_held_cards((info,)))
+            dirty.update(self._replicas[i].model for i in self._on_node.get(name, ()))
+        old = self._snapshot
+        assert old is not None
+        if snapshot.models is not old.models:
+            before = {m.name: m for m in old.models}
+            dirty.update(n for n, m in models.items() if before[n] is not m and before[n] != m)
+        self._snapshot = snapshot
+        return self._run(planner, snapshot, dirty)
+
+
+@dataclass(slots=True)
+class _Assessed:
+    """One model's assessment and stale replicas, with what it was made from."""
+
+    model: ModelInfo
+    now: datetime
+    round: ModelRound
+    why_moving: dict[str, str]
+    stale: list[str]
+    # The assessment holds for a later ``now`` before this one (None: for any).
+    until: datetime | None
+    timeless: bool
+
+    @classmethod
+    def of(cls, planner: _Planner, model: ModelInfo, replicas: list[ReplicaInfo], now: datetime) -> _Assessed:
+        before = set(planner.why_moving)
+        rnd = assess(model, replicas, planner._draining_node, now)
+        why = {i: planner.why_moving[i] for i in planner.why_moving.keys() - before}
+        until, timeless = _idle_horizon(model, replicas, now)
+        return cls(model, now, rnd, why, stale({model.name: model}, replicas), until, timeless)
+
+    def holds(self, model: ModelInfo, now: datetime) -> bool:
+        if model is not self.model and model != self.model:
+            return False
+        if now == self.now:
+            return True
+        return self.timeless and (self.until is None or now < self.until)
+
+
+def _idle_horizon(model: ModelInfo, replicas: list[ReplicaInfo], now: datetime) -> tuple[datetime | None, bool]:
+    """(a moment before the first of ``replicas`` turns idle, whether the assessment reads ``now`` at all).
+
+    Above the maximum and above the autoscaler's count, replicas are ordered by idleness,
+    which every replica gains at the same rate: that order is the same at any ``now``. Only
+    the idle rule reads the clock: an assessment with an idle replica (stopped, with its
+    seconds in the reason, or kept for the minimum) is redone whenever ``now`` moves; one
+    without holds until a second before the first would turn idle.
+    """
+    timeout = model.idle_timeout_s
+    if timeout is None:
+        return None, True
+    ready = [r for r in replicas if r.state == REPLICA_READY]
+    if any(idle_seconds(r, now) >= timeout for r in ready):
+        return None, False
+    sinces = [r.last_used_at or r.ready_at or r.created_at for r in ready]
+    if not sinces:
+        return None, True
+    return min(sinces) + timedelta(seconds=timeout) - timedelta(seconds=1), True
+
+
 class _Planner:
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(
+        self, snapshot: Snapshot, room: Room | None = None, held: dict | None = None, states: dict | None = None
+    ) -> None:
+        """``room``, ``held`` and ``states``, when given, must be what this snapshot would build (``Planner``)."""
         self.models = {m.name: m for m in sorted(snapshot.models, key=lambda m: m.name)}
-        self.replicas = sorted(snapshot.replicas, key=lambda r: r.id)
-        self.node_state = {n.name: n.state for n in snapshot.nodes}
-        self.held = _held_cards(snapshot.nodes)
+        self.replicas = sorted(snapshot.replicas, key=lambda r: r.id) if room is None else []
+        self.node_state = {n.name: n.state for n in snapshot.nodes} if states is None else states
+        self.held = _held_cards(snapshot.nodes) if held is None else held
         # Replica id → why it moves when that is a held card rather than a draining node.
         self.why_moving: dict[str, str] = {}
         self.now = snapshot.now
-        self.room = Room(snapshot.nodes, self.replicas, self._cpu_mb, snapshot.weights)
+        self.room = room or Room(snapshot.nodes, self.replicas, self._cpu_mb, snapshot.weights)
         self.create: list[NewReplica] = []
         self.replace: list[Replacement] = []
         self.stop: list[StopDecision] = []
@@ -137,11 +366,15 @@ class _Planner:
         by_model: dict[str, list[ReplicaInfo]] = {}
         for r in self.replicas:
             by_model.setdefault(r.model, []).append(r)
+        rounds = [assess(m, by_model.get(m.name, []), self._draining_node, self.now) for m in self.models.values()]
+        return self.finish(by_model, rounds, stale(self.models, self.replicas))
+
+    def finish(self, by_model: Mapping[str, list[ReplicaInfo]], rounds: list[ModelRound], stale_ids: list[str]) -> Plan:
+        """Steps 2 (the stops) to 4 from each model's assessment, in the models' order."""
         for name in sorted(set(by_model) - set(self.models)):
             for r in by_model[name]:
                 if r.state != STOPPING:
                     self.stop.append(StopDecision(replica_id=r.id, model=name, reason="model no longer in the catalog"))
-        rounds = [assess(m, by_model.get(m.name, []), self._draining_node, self.now) for m in self.models.values()]
         parked = {m.name: m.parked_error for m in self.models.values() if m.parked_error is not None}
         for rnd in rounds:
             self.stop.extend(rnd.stops)
@@ -159,7 +392,7 @@ class _Planner:
             create=tuple(self.create),
             stop=tuple(self.stop),
             replace=tuple(self.replace),
-            stale=tuple(stale(self.models, self.replicas)),
+            stale=tuple(stale_ids),
             rejections={m: tuple(lines) for m, lines in sorted(self.rejections.items())},
             unplaceable=tuple(sorted(self.unplaceable)),
             parked=parked,

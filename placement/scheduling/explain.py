@@ -102,6 +102,12 @@ def explain(room: Room, profile: ProfileSpec) -> tuple[Rejection, ...]:
         shape = (cls, profile.engine, profile.pool or None, profile.gpus, profile.nodes, memory_mb(profile))
         key = ("explain", *shape, room.version.get(cls, 0))
         lines = room.cached(key, lambda: _explain(room, profile))  # type: ignore[assignment]
+        # Many models share a profile's name and shape: the rejections themselves are kept too.
+        return room.cached((*key, profile.name), lambda: _rejections(profile, lines))  # type: ignore[return-value]
+    return _rejections(profile, lines)
+
+
+def _rejections(profile: ProfileSpec, lines: tuple[Line, ...]) -> tuple[Rejection, ...]:
     pool = profile.pool or None
     return tuple(Rejection(profile=profile.name, pool=pool, node=n, reason=r, nodes=c) for n, r, c in lines)
 

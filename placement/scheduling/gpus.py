@@ -24,21 +24,27 @@ COMBINATIONS_UP_TO = 12
 
 def pick(free: Sequence[GpuInfo], need: int) -> tuple[tuple[GpuInfo, ...], Quality]:
     """The ``need`` GPUs of ``free`` (sorted by index, ``len(free) >= need``) a shard should get."""
+    if need == 1 and len(free) > 1:
+        # One GPU: no pair to link, one NUMA node; the fullest NUMA node's first, as _pack_numa picks.
+        return (_pack_numa(free, 1)[0],), (False, 1)
+    linked = _all_linked(free)
     if need >= len(free):
         chosen: Sequence[GpuInfo] = free
-    elif need == 1:
-        chosen = [_pack_numa(free, 1)[0]]
-    elif _all_linked(free) or len(free) > COMBINATIONS_UP_TO:
+    elif linked or len(free) > COMBINATIONS_UP_TO:
         chosen = _pack_numa(free, need)
     else:
         chosen = min(combinations(free, need), key=lambda c: (quality(c), [g.index for g in c]))
     ordered = tuple(sorted(chosen, key=lambda g: g.index))
-    return ordered, quality(ordered)
+    # Every subset of GPUs that all reach each other does too.
+    return ordered, (False, _numa_span(ordered)) if linked else quality(ordered)
 
 
 def quality(gpus: Sequence[GpuInfo]) -> Quality:
-    numa = {g.numa for g in gpus if g.numa is not None}
-    return (not _all_linked(gpus), max(1, len(numa)))
+    return (not _all_linked(gpus), _numa_span(gpus))
+
+
+def _numa_span(gpus: Sequence[GpuInfo]) -> int:
+    return max(1, len({g.numa for g in gpus if g.numa is not None}))
 
 
 def _linked(a: GpuInfo, b: GpuInfo) -> bool:
@@ -49,7 +55,15 @@ def _linked(a: GpuInfo, b: GpuInfo) -> bool:
 
 
 def _all_linked(gpus: Sequence[GpuInfo]) -> bool:
-    return all(_linked(a, b) for a, b in combinations(gpus, 2))
+    """Every pair linked (``_linked``): each GPU that reports peers names every other GPU's index among them."""
+    indices = {g.index for g in gpus}
+    if len(indices) != len(gpus):
+        return all(_linked(a, b) for a, b in combinations(gpus, 2))
+    for g in gpus:
+        peers = g.nvlink_peers
+        if peers is not None and not peers.issuperset(indices - {g.index}):
+            return False
+    return True
 
 
 def _numa_key(numa: int | None) -> tuple[bool, int]:

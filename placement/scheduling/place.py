@@ -8,6 +8,8 @@ reasons cost a look at many more nodes than a placement does).
 
 from __future__ import annotations
 
+import itertools
+
 from catalog.definitions import ProfileSpec
 from catalog.rules import CPU_CLASS
 from placement.scheduling.gpus import Quality, pick, shard_env
@@ -175,14 +177,21 @@ def domain_ready(node: NodeRoom, profile: ProfileSpec) -> bool:
 def _place_in_domain(room: Room, model: str, profile: ProfileSpec) -> NewReplica | None:
     """Inside one multi-node NVLink domain: the domain with the fewest able nodes that still has enough."""
     cls = profile.gpu_class
-    choices = []
-    for domain, names in room.domains.get(cls, {}).items():
-        able = [room.nodes[n] for n in names if domain_ready(room.nodes[n], profile)]
-        if len(able) >= profile.nodes:
-            choices.append((len(able), domain, able))
-    if not choices:
+    shape = (profile.pool, profile.engine, profile.gpus)
+    # No domain had this many able nodes when the class was last as it is now: none has yet.
+    failed = room.no_domain.get((cls, *shape))
+    if failed is not None and failed[0] == room.version.get(cls, 0) and failed[1] <= profile.nodes:
         return None
-    _, domain, able = min(choices, key=lambda c: (c[0], c[1]))
+    best: tuple[int, str, list[NodeRoom]] | None = None
+    for domain in room.domains.get(cls, {}):
+        able = room.domain_able(cls, domain, shape, lambda n: domain_ready(n, profile))
+        if len(able) >= profile.nodes and (best is None or (len(able), domain) < best[:2]):
+            best = (len(able), domain, able)
+    if best is None:
+        room.no_domain[(cls, *shape)] = (room.version.get(cls, 0), profile.nodes)
+        return None
+    _, domain, able = best
+    able = list(able)
     # Full-bandwidth trays first, then the tightest, so whole trays stay whole.
     able.sort(key=lambda n: (n.degraded, n.free[cls], n.name))
     chosen = _swap_in_holders(room, model, able[: profile.nodes], able[profile.nodes :])
@@ -197,9 +206,11 @@ def _place_over_fabric(room: Room, model: str, profile: ProfileSpec) -> NewRepli
     """
     cls = profile.gpu_class
     fabrics = room.whole_free.get(cls, {})
+    shape = (profile.pool, profile.engine, profile.gpus)
     for fabric in sorted(fabrics, key=lambda f: (len(fabrics[f]), f)):
-        able = _whole_nodes(room, profile, fabrics[fabric])
-        if len(able) == profile.nodes:
+        fitting = room.whole_fitting(cls, fabric, shape, lambda n: whole_node_fits(n, profile))
+        if len(fitting) >= profile.nodes:
+            able = [room.nodes[n] for n in itertools.islice(fitting, profile.nodes)]
             spare = (room.nodes[n] for n in sorted(room.warmth.holders(model)) if n in fabrics[fabric])
             others = [n for n in spare if n not in able and whole_node_fits(n, profile)]
             return _shards(room, model, profile, _swap_in_holders(room, model, able, others), fabric=fabric)
@@ -241,18 +252,6 @@ def interchangeable(a: NodeRoom, b: NodeRoom) -> bool:
         and a.imex_problem == b.imex_problem
         and a.degraded == b.degraded
     )
-
-
-def _whole_nodes(room: Room, profile: ProfileSpec, names: dict[str, None]) -> list[NodeRoom]:
-    """Up to ``profile.nodes`` of these entirely free nodes that can take a shard of ``profile``."""
-    able: list[NodeRoom] = []
-    for name in names:
-        node = room.nodes[name]
-        if whole_node_fits(node, profile):
-            able.append(node)
-            if len(able) == profile.nodes:
-                break
-    return able
 
 
 def whole_node_fits(node: NodeRoom, profile: ProfileSpec) -> bool:

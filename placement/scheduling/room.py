@@ -12,6 +12,7 @@ and nodes that joined a multi-node NVLink domain per class and domain.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -73,7 +74,10 @@ class NodeRoom:
         self.used = used
         self.has_gpus = bool(info.gpus)
         self.stock, self.empty_mig_cards = _stock(info.gpus)
-        self.free = {cls: sum(1 for g in st.placeable if g.index not in used) for cls, st in self.stock.items()}
+        self.free = {
+            cls: sum(1 for g in st.placeable if g.index not in used) if used else len(st.placeable)
+            for cls, st in self.stock.items()
+        }
         self.memory_free_mb = (
             None if info.memory_mb is None else info.memory_mb - info.memory_reserved_mb - memory_used_mb
         )
@@ -118,7 +122,9 @@ def _stock(gpus: tuple[GpuInfo, ...]) -> tuple[dict[str, ClassStock], list[tuple
     stock: dict[str, ClassStock] = {}
     empty_mig: list[tuple[str, int]] = []
     for g in sorted(gpus, key=lambda g: g.index):
-        st = stock.setdefault(g.gpu_class, ClassStock())
+        st = stock.get(g.gpu_class)
+        if st is None:
+            st = stock[g.gpu_class] = ClassStock()
         st.indices.append(g.index)
         why = _held_back(g, parents)
         if why is None:
@@ -173,6 +179,15 @@ def _domain(gpus: tuple[GpuInfo, ...]) -> tuple[str | None, str | None, str | No
     cards = [g for g in gpus if g.parent is None]
     if not cards:
         return None, None, None
+    if len({(g.fabric_state, g.fabric_status, g.domain) for g in cards}) == 1:
+        # Every card reports the same (most nodes): one card's answer is the node's, unless
+        # there is a problem worth spelling out card by card, below.
+        g = cards[0]
+        hint = g.domain if g.domain and nvlink_rules.registered(g.fabric_state, g.fabric_status) else None
+        if _card_problem(g, hint) is None:
+            return hint, hint, None
+        if hint is None and not nvlink_rules.trying(g.fabric_state, g.fabric_status):
+            return None, None, None
     joined_to: dict[str, int] = {}
     for g in cards:
         if g.domain and nvlink_rules.registered(g.fabric_state, g.fabric_status):
@@ -223,6 +238,16 @@ class Buckets:
             del self.by_free[old]
         self.add(name, new)
 
+    def remove(self, name: str, free: int) -> None:
+        bucket = self.by_free[free]
+        del bucket[name]
+        if not bucket:
+            del self.by_free[free]
+
+    def insert(self, name: str, free: int) -> None:
+        """Add a node where a fresh build would have put it: in name order (only before any move)."""
+        self.by_free[free] = _sorted_in(self.by_free.get(free, {}), name)
+
     def at_least(self, need: int) -> Iterator[str]:
         """Nodes with ``need`` or more free, tightest first; within a bucket, in the order they arrived."""
         for free in sorted(f for f in self.by_free if f >= need):
@@ -230,6 +255,13 @@ class Buckets:
 
     def below(self, need: int) -> list[tuple[int, dict[str, None]]]:
         return [(f, self.by_free[f]) for f in sorted(self.by_free) if f < need]
+
+
+def _sorted_in(names: dict[str, None], name: str) -> dict[str, None]:
+    """``names`` (in name order) with ``name`` added at its place."""
+    keys = list(names)
+    keys.insert(bisect_left(keys, name), name)
+    return dict.fromkeys(keys)
 
 
 class MemoryHeap:
@@ -296,6 +328,16 @@ class Room:
         # explanation computed for it can be reused until something changes.
         self.version: dict[str, int] = {}
         self._cache: dict[tuple, object] = {}
+        # NVLink domain → a count bumped whenever one of its nodes loses free GPUs, and the
+        # domain nodes able to take a shard of a profile's shape, rebuilt only for a domain that moved.
+        self.domain_version: dict[str, int] = {}
+        self._domain_able: dict[tuple, dict[str, tuple[int, list[NodeRoom]]]] = {}
+        # (class, fabric) → the subsets of ``whole_free`` fitting a profile's shape, kept as nodes leave it.
+        self._whole_fit: dict[tuple[str, str], dict[tuple, dict[str, None]]] = {}
+        # (class, pool, engine, GPUs a shard) → (class version, nodes) when no domain had that many able nodes.
+        self.no_domain: dict[tuple, tuple[int, int]] = {}
+        # Set once a plan takes GPUs or memory: the room then no longer describes its snapshot alone.
+        self.taken = False
         self._index_classes()
         self._index_memory()
 
@@ -347,6 +389,34 @@ class Room:
             per_pool[pool] = b
         return per_pool[pool]
 
+    def domain_able(self, cls: str, domain: str, shape: tuple, ready: Callable[[NodeRoom], bool]) -> list[NodeRoom]:
+        """The nodes of ``domain`` that ``ready`` accepts, in index order; ``shape`` names what ``ready`` tests.
+
+        Kept per domain and rebuilt only once one of the domain's nodes has had GPUs taken: a
+        multi-node placement looks at every domain, and all but one are as they were last time.
+        """
+        per_domain = self._domain_able.setdefault((cls, *shape), {})
+        version = self.domain_version.get(domain, 0)
+        seen = per_domain.get(domain)
+        if seen is None or seen[0] != version:
+            able = [n for name in self.domains[cls][domain] if ready(n := self.nodes[name])]
+            seen = per_domain[domain] = (version, able)
+        return seen[1]
+
+    def whole_fitting(self, cls: str, fabric: str, shape: tuple, fits: Callable[[NodeRoom], bool]) -> dict[str, None]:
+        """The entirely free nodes of ``fabric`` that ``fits`` accepts, in index order.
+
+        ``fits`` must depend only on what a node is, never on what it has free (``shape``
+        names what it tests): the subset is filtered once, then loses each node as
+        ``take_gpus`` takes it out of ``whole_free``.
+        """
+        per_shape = self._whole_fit.setdefault((cls, fabric), {})
+        subset = per_shape.get(shape)
+        if subset is None:
+            names = self.whole_free.get(cls, {}).get(fabric, {})
+            subset = per_shape[shape] = {n: None for n in names if fits(self.nodes[n])}
+        return subset
+
     def cached(self, key: tuple, build: Callable[[], object]) -> object:
         if key not in self._cache:
             self._cache[key] = build()
@@ -354,7 +424,93 @@ class Room:
 
     # --- taking ---
 
+    # --- patching (placement.scheduler.Planner) ---
+
+    def patch(self, info: NodeInfo, used: set[int], memory_used_mb: int) -> None:
+        """Make the room what a fresh one would be with this node (one already in it) as given.
+
+        Only for a room no plan has taken from. Every index keeps the order a fresh build gives it
+        (by node name), and every cached answer about a class the node has, had, or feeds
+        (a MIG class through its card class; CPU explanations through every node) is dropped.
+        """
+        assert not self.taken, "a room a plan has taken from cannot be patched"
+        old = self.nodes[info.name]
+        new = NodeRoom(info, used, memory_used_mb)
+        self._unindex(old)
+        self.nodes[info.name] = new
+        self._reindex(new)
+        cards = {c for c, _ in old.empty_mig_cards} | {c for c, _ in new.empty_mig_cards}
+        classes = set(old.stock) | set(new.stock) | {CPU_CLASS}
+        classes |= {c for c in self.version if c.split("-mig-", 1)[0] in cards}
+        for cls in classes:
+            self.version[cls] = self.version.get(cls, 0) + 1
+            per_pool = self.buckets.get(cls, {})
+            for pool in [p for p in per_pool if p is not None]:
+                del per_pool[pool]
+        self._cache = {k: v for k, v in self._cache.items() if not (k[0] in ("static", "explain") and k[1] in classes)}
+        for n in (old, new):
+            if n.domain:
+                self.domain_version[n.domain] = self.domain_version.get(n.domain, 0) + 1
+            for cls in set(old.stock) | set(new.stock):
+                self._whole_fit.pop((cls, n.info.fabric or ""), None)
+        self.warmth.moved(info.name, info.fabric)
+
+    def _unindex(self, node: NodeRoom) -> None:
+        name = node.name
+        for card_class, index in node.empty_mig_cards:
+            self.empty_mig[card_class].remove((name, index))
+        for cls in node.stock:
+            self.class_nodes[cls].remove(name)
+            if node.blocked:
+                continue
+            self.buckets[cls][None].remove(name, node.free[cls])
+            self.whole_free.get(cls, {}).get(node.info.fabric or "", {}).pop(name, None)
+            if node.domain:
+                self.domains[cls][node.domain].remove(name)
+            elif node.domain_problem:
+                self.domain_strays[cls][node.domain_hint].remove(name)
+        if not node.blocked and node.memory_free_mb is not None:
+            heap = self.memory_gpu_nodes if node.has_gpus else self.memory_cpu_only
+            heap.remove(name, node.memory_free_mb)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop what emptied, as a fresh build would never have made it."""
+        for index in (self.empty_mig, self.class_nodes):
+            for key in [k for k, v in index.items() if not v]:
+                del index[key]
+        for cls in [c for c, per_pool in self.buckets.items() if not per_pool[None].by_free]:
+            del self.buckets[cls]
+        for nested in (self.whole_free, self.domains, self.domain_strays):
+            for cls, inner in list(nested.items()):
+                for key in [k for k, v in inner.items() if not v]:
+                    del inner[key]
+                if not inner:
+                    del nested[cls]
+
+    def _reindex(self, node: NodeRoom) -> None:
+        name = node.name
+        for card_class, index in node.empty_mig_cards:
+            insort(self.empty_mig.setdefault(card_class, []), (name, index))
+        for cls in node.stock:
+            insort(self.class_nodes.setdefault(cls, []), name)
+            self.version.setdefault(cls, 0)
+            if node.blocked:
+                continue
+            self.buckets.setdefault(cls, {}).setdefault(None, Buckets()).insert(name, node.free[cls])
+            if node.info.fabric and not node.used:
+                per_fabric = self.whole_free.setdefault(cls, {})
+                per_fabric[node.info.fabric] = _sorted_in(per_fabric.get(node.info.fabric, {}), name)
+            if node.domain:
+                insort(self.domains.setdefault(cls, {}).setdefault(node.domain, []), name)
+            elif node.domain_problem:
+                insort(self.domain_strays.setdefault(cls, {}).setdefault(node.domain_hint, []), name)
+        if not node.blocked and node.memory_free_mb is not None:
+            heap = self.memory_gpu_nodes if node.has_gpus else self.memory_cpu_only
+            heap.add(name, node.memory_free_mb)
+
     def take_gpus(self, node: NodeRoom, cls: str, indices: tuple[int, ...]) -> None:
+        self.taken = True
         was_whole = not node.used
         node.used.update(indices)
         old = node.free[cls]
@@ -364,12 +520,17 @@ class Room:
             if pool in per_pool:
                 per_pool[pool].move(node.name, old, new)
         self.version[cls] += 1
+        if node.domain:
+            self.domain_version[node.domain] = self.domain_version.get(node.domain, 0) + 1
         if was_whole and node.info.fabric:
             for c in node.stock:
                 self.whole_free.get(c, {}).get(node.info.fabric, {}).pop(node.name, None)
+                for subset in self._whole_fit.get((c, node.info.fabric), {}).values():
+                    subset.pop(node.name, None)
                 self.version[c] += 1
 
     def take_memory(self, node: NodeRoom, mb: int) -> None:
+        self.taken = True
         node.memory_free_mb = (node.memory_free_mb or 0) - mb
         heap = self.memory_gpu_nodes if node.has_gpus else self.memory_cpu_only
         heap.add(node.name, node.memory_free_mb)

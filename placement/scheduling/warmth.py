@@ -33,6 +33,12 @@ class Warmth:
         self._fabric_of = fabric_of
         self._fabrics: dict[str, frozenset[str]] = {}
 
+    def moved(self, node: str, fabric: str | None) -> None:
+        """A node already known is now on ``fabric`` (a patched room, placement.scheduler.Planner)."""
+        if self._fabric_of.get(node) != fabric:
+            self._fabric_of[node] = fabric  # type: ignore[index]
+            self._fabrics.clear()
+
     def holders(self, model: str) -> frozenset[str]:
         return self._holders.get(model, frozenset())
 

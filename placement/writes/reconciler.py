@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -52,12 +53,19 @@ from placement import signals
 from placement import snapshot as snap
 from placement.models import Demand, NodeLossMove, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.moves import moves_per_minute
-from placement.scheduler import NewReplica, Plan, plan
+from placement.scheduler import NewReplica, Plan, Planner
 from placement.scheduling.failures import MINUTE, Waiting, admit
 from placement.writes import autoscaling
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
+
+# One planner per process, kept from pass to pass: it patches what changed into the last pass's
+# plan and plans in full when it cannot (placement.scheduler.Planner), and its plan is always the
+# full plan's (tests/placement/test_planner_incremental.py). Passes never overlap (the task's lock);
+# the lock here only keeps a second thread in the same process from sharing it mid-plan.
+_PLANNER = Planner()
+_PLANNER_LOCK = threading.Lock()
 PARK_AFTER_DEFAULT = 3
 # Moves older than this no longer count toward any rate and are deleted.
 KEEP_MOVES = timedelta(hours=1)
@@ -111,7 +119,8 @@ def reconcile(now: datetime | None = None) -> Result:
                 scaling = autoscaling.autoscale(now)
                 result.scaled = scaling.changed
                 loaded = snap.load(now, scaling.desired)
-                decided = plan(loaded.snapshot)
+                with _PLANNER_LOCK:
+                    decided = _PLANNER.plan(loaded.snapshot)
             with tracing.span("placement.reconcile.writes"):
                 _apply(decided, loaded, now, result)
                 _forget_demand(now, result)
