@@ -129,19 +129,22 @@ def register(request):
             )
         created = node is None
         if created:
+            node = Node(name=name, machine_id=machine_id, last_seen=now, credential_digest=hash_token(secret))
             try:
-                with transaction.atomic():
-                    node = Node.objects.create(
-                        name=name, machine_id=machine_id, last_seen=now, credential_digest=hash_token(secret)
-                    )
+                # No savepoint: a name taken meanwhile refuses the whole registration, which rolls back.
+                if report is None:
+                    node.save(force_insert=True)
+                else:
+                    publish_changes(node, ingest.ingest_new_node(node, report, now))
             except IntegrityError:
                 raise Refused(409, f"{name!r} was registered at the same moment by another request") from None
         else:
             node.credential_digest = hash_token(secret)
             node.last_seen = now
             node.save(update_fields=["credential_digest", "last_seen"])
+            if report is not None:
+                publish_changes(node, ingest.ingest_report(node, report, now))
         if report is not None:
-            publish_changes(node, ingest.ingest_report(node, report, now))
             note_report_error(node, "")
     desk.remember(node)
     if created:

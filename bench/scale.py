@@ -532,6 +532,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=10, help="timed requests per read path")
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")
     parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument("--no-read-side", action="store_true", help="only the protocol side: registration, heartbeats")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep-db", metavar="NAME", help="keep each size's registered fleet as database NAME_<size>")
     parser.add_argument(
@@ -556,10 +557,12 @@ def main() -> int:
             sims = build_fleet(spec_for(size))
             print(f"== {len(sims):,} nodes ({spec_for(size)})", flush=True)
             results[size] = asyncio.run(protocol_side(sims, args))
-            results[size]["replicas"] = place_replicas()
-            if args.keep_db:
-                keep_database(f"{args.keep_db}_{size}")
-        results[size].update(read_side(args))
+            if not args.no_read_side:
+                results[size]["replicas"] = place_replicas()
+                if args.keep_db:
+                    keep_database(f"{args.keep_db}_{size}")
+        if not args.no_read_side:
+            results[size].update(read_side(args))
         print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
         print_table({size: results[size]})
     if len(results) > 1:

@@ -72,14 +72,20 @@ def _xid_time(value: Any, now: datetime) -> datetime:
 
 
 def new_events(
-    node: Node, entries: Iterable[Mapping[str, Any]], before: Mapping[int, set[H.Problem]], now: datetime
+    node: Node,
+    entries: Iterable[Mapping[str, Any]],
+    before: Mapping[int, set[H.Problem]],
+    now: datetime,
+    stored: set[tuple[int, int, datetime]] | None = None,
 ) -> list[CardHealthEvent]:
     """The events a report brings: each Xid it lists not stored yet, and each other problem that appeared.
 
     A card that lists its Xids (``xids``) is counted from them, one event per Xid; for a card
-    from an older agent, an Xid in its health words counts once, when it appears.
+    from an older agent, an Xid in its health words counts once, when it appears. ``stored``:
+    the node's Xid events as (card, code, time), read here when not given.
     """
-    stored = set(CardHealthEvent.objects.filter(node=node, xid__isnull=False).values_list("gpu_index", "xid", "at"))
+    if stored is None:
+        stored = set(CardHealthEvent.objects.filter(node=node, xid__isnull=False).values_list("gpu_index", "xid", "at"))
     out: list[CardHealthEvent] = []
     for entry in entries:
         index = entry.get("index")
@@ -122,23 +128,16 @@ def review(
 ) -> A.Decision:
     """Record the report's new events and act on the node's health; ``entries`` None: the cards as stored."""
     config = settings()
-    with transaction.atomic():
+    # No savepoint: a failure here fails the report it is part of (inventory.writes.ingest).
+    with transaction.atomic(savepoint=False):
         # One review of a node at a time: two would both hold the same card.
         fresh = Node.objects.select_for_update().get(pk=node.pk)
         if entries is not None:
             CardHealthEvent.objects.bulk_create(new_events(node, entries, before, now))
-        keep_from = now - timedelta(seconds=max(config.window_s, config.clean_s))
-        CardHealthEvent.objects.filter(node=node, at__lt=keep_from).delete()
-        events = [
-            A.Event(at=e.at, gpu=e.gpu_index, severity=H.Severity(min(e.severity, H.Severity.SERVICE)), what=e.what)
-            for e in CardHealthEvent.objects.filter(node=node)
-        ]
+        CardHealthEvent.objects.filter(node=node, at__lt=_keep_from(now, config)).delete()
+        events = [_event_of(e) for e in CardHealthEvent.objects.filter(node=node)]
         cards = entries if entries is not None else [{"index": g.index, **card_facts(g)} for g in node.gpus.all()]
-        showing = {
-            c["index"]: H.worst([p for p in H.card_problems(c) if A.card_local(p)])
-            for c in cards
-            if isinstance(c, Mapping) and "index" in c
-        }
+        showing = _showing(cards)
         holds = {h.gpu_index: h for h in CardHold.objects.filter(node=node)}
         if fresh.health_cordon and fresh.state != NodeState.CORDONED:
             # An operator changed the state since: the cordon is theirs now, not health's.
@@ -147,6 +146,44 @@ def review(
         decision = A.decide(events, showing, set(holds), bool(fresh.health_cordon), now, config)
         _apply(fresh, decision, holds, now)
     return decision
+
+
+def review_new_node(node: Node, entries: list[Mapping[str, Any]], now: datetime) -> A.Decision:
+    """:func:`review` of a node inserted in this transaction, from its first report, without reading anything.
+
+    Such a node has nothing stored for a review to read: no events, no holds,
+    no health cordon, and no other request can see (or review) it before this
+    transaction commits. So its events are the report's, those older than the
+    rules look back left out (review would store them and delete them at
+    once), and the decision and its actions are review's.
+    """
+    config = settings()
+    keep_from = _keep_from(now, config)
+    kept = [e for e in new_events(node, entries, {}, now, stored=set()) if e.at >= keep_from]
+    CardHealthEvent.objects.bulk_create(kept)
+    events = [_event_of(e) for e in sorted(kept, key=lambda e: e.at, reverse=True)]  # CardHealthEvent's order
+    decision = A.decide(events, _showing(entries), set(), False, now, config)
+    _apply(node, decision, {}, now)
+    return decision
+
+
+def _keep_from(now: datetime, config: A.Settings) -> datetime:
+    """Events before this are older than the rules look back."""
+    return now - timedelta(seconds=max(config.window_s, config.clean_s))
+
+
+def _event_of(row: CardHealthEvent) -> A.Event:
+    severity = H.Severity(min(row.severity, H.Severity.SERVICE))
+    return A.Event(at=row.at, gpu=row.gpu_index, severity=severity, what=row.what)
+
+
+def _showing(cards: Iterable[Any]) -> dict[int, H.Severity | None]:
+    """Each card's gravest card-local problem in the report (None: none)."""
+    return {
+        c["index"]: H.worst([p for p in H.card_problems(c) if A.card_local(p)])
+        for c in cards
+        if isinstance(c, Mapping) and "index" in c
+    }
 
 
 def _apply(node: Node, decision: A.Decision, holds: Mapping[int, CardHold], now: datetime) -> None:

@@ -60,12 +60,13 @@ CREDENTIAL_TTL_S = 300.0
 def _update_sql() -> str:
     """One node's heartbeat: alive now, what it said (or what was there), reachable again.
 
-    Plain SQL run once per node in one batch (``executemany``, pipelined on
-    PostgreSQL): the ORM's bulk_update built a CASE expression per column and
-    row, and for the 370 beats of a 2,000-node fleet's second that cost half
-    a second of the interpreter, during which no heartbeat was answered. The
-    credential's digest is checked again in the statement, so a credential
-    revoked since the read above is not written.
+    Plain SQL, not the ORM: bulk_update built a CASE expression per column
+    and row, and for the 370 beats of a 2,000-node fleet's second that cost
+    half a second of the interpreter, during which no heartbeat was answered.
+    The credential's digest is checked again in the statement, so a
+    credential revoked since the read above is not written. On PostgreSQL a
+    batch is one statement (:func:`_batch_sql`); elsewhere (SQLite) this runs
+    once per node, in one ``executemany``.
     """
     q = connection.ops.quote_name
     c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
@@ -76,6 +77,30 @@ def _update_sql() -> str:
         f"{c['shard_status']} = COALESCE(%s, {c['shard_status']}), "
         f"{c['reachable']} = %s, {c['lost']} = %s, {c['unreachable_since']} = NULL "
         f"WHERE {c['id']} = %s AND {c['credential_digest']} = %s"
+    )
+
+
+def _batch_sql() -> str:
+    """:func:`_update_sql` for every node of a batch at once, on PostgreSQL: one ``UPDATE … FROM unnest(…)``.
+
+    One statement instead of one per node (executemany's pipeline still
+    formatted, sent and read back each row's statement), and one of six
+    parameters, each an array with a value per node: its text is the same
+    for every batch, so the driver parses it once (a ``VALUES`` list of a
+    placeholder per value would be parsed again for each batch, which cost
+    more than the pipeline did: bench/register_cost.py).
+    """
+    q = connection.ops.quote_name
+    c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
+    return (
+        f"UPDATE {q(Node._meta.db_table)} AS n SET {c['last_seen']} = v.last_seen, "
+        f"{c['last_report_at']} = COALESCE(v.last_report_at, n.{c['last_report_at']}), "
+        f"{c['load']} = COALESCE(v.load, n.{c['load']}), "
+        f"{c['shard_status']} = COALESCE(v.shard_status, n.{c['shard_status']}), "
+        f"{c['reachable']} = true, {c['lost']} = false, {c['unreachable_since']} = NULL "
+        "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::jsonb[], %s::jsonb[]) "
+        "AS v(id, digest, last_seen, last_report_at, load, shard_status) "
+        f"WHERE n.{c['id']} = v.id AND n.{c['credential_digest']} = v.digest"
     )
 
 
@@ -95,6 +120,25 @@ def _update_row(pk: int, digest: str, beat: Beat) -> list:
         pk,
         digest,
     ]
+
+
+def write_beats(cursor, beats: list[tuple[int, str, Beat]]) -> None:
+    """Write (node pk, credential digest, beat) rows: one statement on PostgreSQL, one per row elsewhere."""
+    if connection.vendor != "postgresql":
+        cursor.executemany(_update_sql(), [_update_row(pk, digest, beat) for pk, digest, beat in beats])
+        return
+    fields = [beat.fields for _, _, beat in beats]
+    cursor.execute(
+        _batch_sql(),
+        [
+            [pk for pk, _, _ in beats],
+            [digest for _, digest, _ in beats],
+            [beat.last_seen for _, _, beat in beats],
+            [f.get("last_report_at") for f in fields],
+            [_json(f.get("load")) for f in fields],
+            [_json(f.get("shard_status")) for f in fields],
+        ],
+    )
 
 
 @dataclass
@@ -285,11 +329,11 @@ class HeartbeatDesk:
                 reported = beat.fields.get("shard_status")
                 if reported and reported != shard_status:
                     shard_reports.append((pk, name, reported))
-                rows.append(_update_row(pk, digest, beat))
+                rows.append((pk, digest, beat))
             if rows:
                 # One transaction: one commit for the batch, not one per node.
                 with connection.cursor() as cursor:
-                    cursor.executemany(_update_sql(), rows)
+                    write_beats(cursor, rows)
         result.written = len(rows)
         return result, shard_reports
 

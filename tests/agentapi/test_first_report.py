@@ -1,0 +1,150 @@
+"""A node's first report, taken at registration without reads (ingest_new_node): the same rows, fewer round trips.
+
+Registering 10,000 nodes at once is bound by round trips to PostgreSQL: the
+node's first report took 22 queries (an INSERT then an UPDATE of the node,
+reads of cards, ports, health events and holds it cannot have yet, and a
+savepoint around each step), now 8 (7 outside an NVLink domain), however many cards and ports it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agent.simulator import fleet as F
+from core.models import AuditEntry
+from inventory.models import GPU, CardHealthEvent, CardHold, IBPort, Node
+from inventory.writes.heartbeats import desk
+from inventory.writes.ingest import ingest_new_node, ingest_report
+from llmgw.bootstrap import issue_join_token
+from tests.agentapi.agenthttp import register
+from tests.agentapi.reports import gpu, report
+from tests.agentapi.test_fast_lane import beats
+from tests.agentapi.test_fast_lane import register as register_node
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# The registration of a new node with its report: the join token; BEGIN; the name looked up
+# (locked); the node inserted; the NVLink domain its cards joined looked up (one per domain, not
+# per card; none for a node outside one); its cards and its ports inserted; COMMIT.
+REGISTRATION_QUERIES = 8
+
+
+def stored(name: str) -> dict:
+    """Everything a report stores for the node, keyed so that two nodes' rows compare (ids left out)."""
+    node = Node.objects.get(name=name)
+    row = {k: v for k, v in vars(node).items() if not k.startswith("_")}
+    for volatile in ("id", "name", "machine_id", "credential_digest", "registered_at"):
+        row.pop(volatile)
+    cards = [
+        {**{k: v for k, v in vars(g).items() if k not in ("_state", "id", "node_id")}}
+        for g in GPU.objects.filter(node=node).order_by("index")
+    ]
+    ports = [
+        {k: v for k, v in vars(p).items() if k not in ("_state", "id", "node_id")}
+        for p in IBPort.objects.filter(node=node).order_by("hca", "port")
+    ]
+    events = sorted(
+        json.dumps([e.gpu_index, e.at.isoformat(), e.severity, e.what, e.xid])
+        for e in CardHealthEvent.objects.filter(node=node)
+    )
+    holds = sorted((h.gpu_index, h.reason) for h in CardHold.objects.filter(node=node))
+    audit = sorted(
+        (a.action, a.target.replace(name, "NODE"), json.dumps(a.detail, sort_keys=True))
+        for a in AuditEntry.objects.filter(target__startswith=name)
+    )
+    return {"node": row, "gpus": cards, "ports": ports, "events": events, "holds": holds, "audit": audit}
+
+
+def faulted_fleet() -> list[F.SimNode]:
+    """One of each kind, and faults that make a first report record events, hold cards and cordon."""
+    sims = F.build_fleet("gb200-nvl72:1@gb,h100-hgx:4@north,a100-mig:1,cpu:1")
+    tray, held, cordoned, old = sims[0], sims[18], sims[19], sims[20]
+    F.xid(tray, 1, 79)
+    F.xid(held, 3, 79)
+    F.ecc(held, 5)
+    now = timezone.now().timestamp()
+    for i in range(4):
+        F.xid(cordoned, i, 92, at=now - i)
+    F.xid(old, 2, 92, at=now - 30 * 86400)  # older than the rules look back: not kept
+    return [tray, held, cordoned, old, sims[21], sims[-2], sims[-1]]
+
+
+def test_a_first_report_stores_what_creating_the_node_then_taking_the_report_stores():
+    now = timezone.now()
+    for sim in faulted_fleet():
+        body = sim.report()
+        with transaction.atomic():
+            node = Node.objects.create(name="before", machine_id="m", last_seen=now, credential_digest="d1")
+            before = ingest_report(node, body, now)
+        expected = stored("before")
+        Node.objects.filter(name="before").delete()
+        AuditEntry.objects.all().delete()
+        with transaction.atomic():
+            node = Node(name="after", machine_id="m", last_seen=now, credential_digest="d2")
+            after = ingest_new_node(node, body, now)
+        assert stored("after") == expected, sim.name
+        assert after == before, sim.name
+        Node.objects.filter(name="after").delete()
+        AuditEntry.objects.all().delete()
+
+
+def test_the_faults_did_act_so_the_comparison_above_means_something():
+    now = timezone.now()
+    sims = faulted_fleet()
+    for sim in sims[:4]:
+        with transaction.atomic():
+            ingest_new_node(Node(name=sim.name, last_seen=now), sim.report(), now)
+    held = {(sims[0].name, 1), (sims[1].name, 3), (sims[1].name, 5)}  # Xid 79 on two cards; an ECC error
+    assert set(CardHold.objects.values_list("node__name", "gpu_index")) == held
+    assert Node.objects.get(name=sims[2].name).health_cordon
+    assert not CardHealthEvent.objects.filter(node__name=sims[3].name).exists()
+
+
+def with_cards(k: int) -> dict:
+    port = report()["ib_ports"][0]
+    return report(gpus=[gpu(i) for i in range(k)], ib_ports=[{**port, "port": i + 1} for i in range(k)])
+
+
+def test_a_registration_takes_the_same_queries_however_many_cards_and_ports(client):
+    join = issue_join_token()
+    assert register(client, join, "first", "m-first", report=with_cards(1)).status_code == 201  # its NVLink domain
+    counts = {}
+    for k in (1, 4, 16):
+        with CaptureQueriesContext(connection) as seen:
+            answer = register(client, join, f"node-{k}", f"m-{k}", report=with_cards(k))
+        assert answer.status_code == 201, answer.content
+        assert GPU.objects.filter(node__name=f"node-{k}").count() == k
+        assert IBPort.objects.filter(node__name=f"node-{k}").count() == k
+        counts[k] = len(seen)
+    assert counts == dict.fromkeys(counts, REGISTRATION_QUERIES), counts
+
+
+def test_a_name_taken_at_the_same_moment_is_refused_and_nothing_is_stored(client, monkeypatch):
+    join = issue_join_token()
+    other = Node.objects.create(name="taken", machine_id="m-other")
+    # As when the other request committed after this one looked: the lookup finds no node of that name.
+    monkeypatch.setattr("django.db.models.query.QuerySet.select_for_update", lambda self, **_kw: self.none())
+    answer = register(client, join, "taken", "m-mine", report=with_cards(2))
+    monkeypatch.undo()
+    assert answer.status_code == 409 and "same moment" in answer.json()["error"]
+    assert list(Node.objects.values_list("pk", flat=True)) == [other.pk]
+    assert not GPU.objects.exists() and not IBPort.objects.exists()
+
+
+def test_a_flush_takes_the_same_queries_however_many_beats(client):
+    desk.pending.clear()
+    join = issue_join_token()
+    fleet = [register_node(client, join, f"beat-{i:02d}") for i in range(30)]
+    counts = {}
+    for n in (1, 30):
+        asyncio.run(beats(fleet[:n], {"load": {"cpu_percent": 1.0}}))
+        with CaptureQueriesContext(connection) as seen:
+            assert desk.flush().written == n
+        counts[n] = len(seen)
+    assert counts[1] == counts[30], counts
