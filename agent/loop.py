@@ -20,6 +20,13 @@ Steps, each turn:
    heartbeat is taken from memory meanwhile, so the node stays reachable — and
    send the report again after the Retry-After, jittered and bounded
    (``busy_s``). A busy registration waits the same, not the growing backoff.
+7. A full report that failed otherwise (timed out, or a 5xx without
+   Retry-After: a server slow under a big report, a host dying under it):
+   heartbeat at once, and send the report again after a backoff of its own
+   (``report_failures``), so the heartbeats keep their period whatever
+   happens to reports. Only when the heartbeat fails too is the control plane
+   unreachable (step 4): then the report's own wait is dropped, and it is sent
+   first once the plane answers.
 
 The loop knows nothing of where reports come from: the real agent gives it
 discovery, the simulator gives it captures with faults applied.
@@ -72,6 +79,8 @@ class LoopState:
     refused_at: float = float("-inf")
     # A report answered busy is not sent again before this (clock()); heartbeats go on meanwhile.
     report_not_before: float = float("-inf")
+    # Full reports that failed in a row (not busy, not refused): their own backoff, apart from ``failures``.
+    report_failures: int = 0
 
     last_error: str | None = None
 
@@ -187,6 +196,14 @@ class AgentLoop:
             self.state.want_report = True
             self.state.last_error = f"report deferred: {exc}"
             return await self._send_heartbeat()
+        except Unreachable as exc:
+            # The report, not necessarily the plane, failed (a timeout under a big report, a host dying under
+            # it): its own backoff, and the heartbeat at once. If that fails too, turn() backs off altogether.
+            self.state.report_failures += 1
+            self.state.report_not_before = self.clock() + backoff_s(self.state.report_failures, self.rng)
+            self.state.want_report = True
+            self.state.last_error = f"report failed: {exc}"
+            return await self._send_heartbeat()
         except Refused as exc:
             if not self._is_report_refusal(exc):
                 raise
@@ -196,6 +213,7 @@ class AgentLoop:
         self.state.last_report_at = self.clock()
         self.state.want_report = False
         self.state.refused_digest = None
+        self.state.report_failures = 0
         return answer
 
     @staticmethod
@@ -249,6 +267,9 @@ class AgentLoop:
         except Unreachable as exc:
             self.state.failures += 1
             self.state.want_report = True  # the server may have missed changes meanwhile
+            # The plane itself is away: the report goes first once it answers (step 4), not after its own wait.
+            if self.state.report_failures:
+                self.state.report_not_before = float("-inf")
             self.state.last_error = str(exc)
             return backoff_s(self.state.failures, self.rng)
         except Refused as exc:

@@ -10,7 +10,8 @@ simulated agents and a fake engine, then, in order:
 4. Redis stopped for ``--redis-outage-s`` seconds (60 by default);
 5. one team budget spent through both hosts by 50 requests at once;
 3. a Patroni switchover (patronictl), then the new leader SIGKILLed;
-2. the control host without the beat SIGKILLed.
+2. the control host without the beat restarted with a short lease, then SIGKILLed while it holds budget
+   reservations: when they are back, and each periodic task's runs (exact, recorded by the database).
 
 Printed: one row per scenario — requests sent, failed, lost (answered but
 without a usage record), seconds until it was whole again — and a line of
@@ -25,12 +26,9 @@ patroni, haproxy and redis-server.
 from __future__ import annotations
 
 import argparse
-import signal
-import socket
 import time
 
 from tests.deploy import scenarios
-from tests.deploy.multihost import wait_until
 from tests.deploy.scenarios import Clients, Figures
 
 
@@ -49,39 +47,6 @@ def steady(fleet: scenarios.Fleet, seconds: float) -> Figures:
         ok - records,
         None,
         f"{ok / seconds:.0f} requests/s; nodes {summary['nodes']}; store: {store}",
-    )
-
-
-def host_killed(fleet: scenarios.Fleet) -> Figures:
-    cluster = fleet.cluster
-    with Clients(fleet.gateway, fleet.key) as clients:
-        time.sleep(5)
-        killed = time.monotonic()
-        for proc in cluster.hosts[1].procs:
-            proc.kill(signal.SIGKILL)
-
-        def refused() -> bool:
-            try:
-                socket.create_connection(tuple(cluster.hosts[1].gateway.rsplit(":", 1)), timeout=1).close()
-            except ConnectionRefusedError:
-                return True
-            return False
-
-        wait_until(refused, 10, "the killed host's listener closing", 0.005)
-        runs_before, counted = scenarios.task_runs(cluster), time.monotonic()
-        time.sleep(30)
-        runs = scenarios.task_runs(cluster)
-        window = time.monotonic() - counted
-    failed = [r for r in clients.results if r[2] != 200]
-    nodes = fleet.summary()["nodes"]
-    ran = ", ".join(f"{t.rsplit('.', 1)[1]} {runs[t] - runs_before[t]}" for t in scenarios.PERIODIC_CHECKED)
-    return Figures(
-        "2. a control host SIGKILLed",
-        len(clients.results),
-        len(failed),
-        0,
-        max((r[1] - killed for r in failed), default=0.0),
-        f"nodes after 30 s {nodes}; runs in {window:.0f} s: {ran}",
     )
 
 
@@ -113,7 +78,7 @@ def main() -> None:
         figures, seen = scenarios.database_change(fleet, "failover")
         rows.append(figures)
         cluster.restart_patroni(seen["old"])
-        rows.append(host_killed(fleet))
+        rows.append(scenarios.host_killed(fleet)[0])
     finally:
         print(table(rows), flush=True)
         scenarios.discard(cluster)

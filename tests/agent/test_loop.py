@@ -265,6 +265,70 @@ def test_a_report_answered_busy_waits_its_retry_after_while_heartbeats_go_on():
     assert plane.sent[-3:].count("report") == 1 and loop.state.last_error is None, (plane.sent, loop.state)
 
 
+class SlowReportPlane(FakePlane):
+    """A control plane whose full reports time out (no answer, no Retry-After) while heartbeats are answered:
+    a host slow under big reports, or one killed with reports in flight while HAProxy still sends it some."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reports_time_out = False
+        self.tried: list[float] = []
+        self.clock: Clock | None = None
+
+    async def report(self, report):
+        if self.reports_time_out:
+            self.tried.append(self.clock.t)
+            raise Unreachable("http://cp: ReadTimeout: timed out")
+        return await super().report(report)
+
+
+def test_a_report_that_times_out_backs_off_on_its_own_and_never_delays_the_next_heartbeat():
+    plane, clock = SlowReportPlane(), Clock()
+    plane.clock = clock
+    loop = make(plane, clock)
+
+    async def go():
+        await loop.turn()  # register
+        plane.reports_time_out = True
+        loop.request_report()
+        delays = []
+        for _ in range(24):  # two minutes of reports timing out, six times a node's grace (20 s)
+            delays.append(await loop.turn())
+            clock.t += delays[-1]
+        plane.reports_time_out = False
+        for _ in range(30):
+            clock.t += await loop.turn()
+        return delays
+
+    delays = asyncio.run(go())
+    # Every turn heartbeat on the usual period: a report's timeout is no reason to go silent.
+    assert delays == [5] * 24 and plane.sent.count("heartbeat") >= 24, (delays, plane.sent)
+    assert loop.state.failures == 0
+    # The report was tried again on a backoff of its own (growing: fewer tries than turns), and taken once
+    # the plane could take it.
+    assert 2 <= len(plane.tried) < 24, plane.tried
+    assert "report" in plane.sent[1:] and loop.state.report_failures == 0 and loop.state.last_error is None
+
+
+def test_a_report_that_failed_is_sent_first_once_an_unreachable_plane_answers():
+    plane, clock = SlowReportPlane(), Clock()
+    plane.clock = clock
+    loop = make(plane, clock)
+
+    async def go():
+        await loop.turn()  # register
+        plane.reports_time_out = True
+        loop.request_report()
+        await loop.turn()  # the report times out; the heartbeat after it is answered
+        plane.reports_time_out, plane.up = False, False
+        clock.t += await loop.turn()  # nothing answers: the plane is away
+        plane.up = True
+        await loop.turn()
+
+    asyncio.run(go())
+    assert plane.sent == ["register", "heartbeat", "report"], plane.sent
+
+
 def test_a_registration_answered_busy_waits_its_retry_after_not_a_growing_backoff():
     plane, clock = FailingOverPlane(), Clock()
     plane.failing_over = True

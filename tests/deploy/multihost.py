@@ -34,6 +34,8 @@ PG_USER = "postgres"
 """PostgreSQL refuses to run as root; Patroni and its servers run as this account."""
 SUPERUSER_PASSWORD = "CHANGE-ME-superuser-password"
 """The shipped example's password, as deploy/patroni/patroni.yml has it."""
+REAP_EVERY_S = 2.0
+"""The beat's period for gateway.tasks.reap_leases here (LLMGW_EVERY_REAP_LEASES; a minute as shipped)."""
 
 
 def free_port() -> int:
@@ -298,6 +300,10 @@ class Cluster:
             LLMGW_ALLOWED_HOSTS="*",
             LLMGW_PATRONI_URL=f"http://127.0.0.1:{self.ports['pg1-rest']}",
             LLMGW_GATEWAY_REFRESH_S="0.5",
+            # The beat's lease reaper every REAP_EVERY_S rather than every minute, so that scenario 2 sees a
+            # dead host's reservations back within its lease. It only gives back leases already dead (their
+            # holder's renewals stopped), so running it often changes nothing for a living host.
+            LLMGW_EVERY_REAP_LEASES=str(REAP_EVERY_S),
             PYTHONUNBUFFERED="1",
         )
         return env
@@ -312,6 +318,15 @@ class Cluster:
             host.procs.append(self.start(f"{host.name}-{unit}", cmd, env=env))
             if unit == "llmgw-serve":
                 wait_until(lambda: healthy(host.admin), 120, f"{host.name}'s /healthz")
+
+    def restart_host(self, host: Host, env: dict[str, str]) -> None:
+        """The host's units stopped (SIGTERM, as systemd does) and started again on ``env``; old logs kept aside."""
+        for proc in host.procs:
+            proc.stop()
+            self.procs.remove(proc)
+            proc.log.rename(proc.log.with_suffix(".log.before-restart"))
+        host.procs.clear()
+        self.start_host(host, env, beat=False)
 
 
 @dataclass

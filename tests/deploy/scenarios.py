@@ -9,10 +9,12 @@ and the raw observations its test asserts on; the tests
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,15 @@ from pathlib import Path
 import httpx
 import websocket
 
-from tests.deploy.multihost import SUPERUSER_PASSWORD, Cluster, Host, free_port, wait_until
+from tests.deploy.multihost import (
+    REAP_EVERY_S,
+    SUPERUSER_PASSWORD,
+    Cluster,
+    Host,
+    free_port,
+    healthy,
+    wait_until,
+)
 
 CLIENTS = 8
 LIMITED_RPM = 20
@@ -32,6 +42,10 @@ LIMITED_RPM = 20
 BUDGET_MICROS = 2000
 """The ``budgeted`` team's budget: at a micro a token, about twenty of scenario 5's requests' reservations."""
 BUDGET_REQUESTS = 50
+SLOW_TOKENS, SLOW_TOKEN_DELAY_S = 400, 0.05
+"""The slow engine's answers: 400 tokens streamed 0.05 s apart, 20 s in all (scenario 2's reservations)."""
+DEAD_HOST_LEASE_S = 5.0
+"""LLMGW_GATEWAY_LEASE_S of the host scenario 2 kills, given it when it is restarted for that scenario."""
 CHECKOUT = str(Path(__file__).resolve().parents[2])
 
 
@@ -136,12 +150,20 @@ def sql(cluster: Cluster, query: str) -> str:
     return done.stdout.strip()
 
 
+FOUND = ("KEY", "LIMITED", "BUDGETED", "SLOW")
+"""What populate's shell prints, NAME=key."""
+
+
 def populate(cluster: Cluster, nodes: int, heartbeat_s: float = 2) -> Fleet:
     """A fake engine serving ``llama``, a key for it, and ``nodes`` simulated agents, all ready."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))}
+    slow = free_port()
     cluster.start("engine", [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(port)], env=env)
-    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200, 30, "engine")
+    engine = [sys.executable, "-m", "tests.gateway.fake_engine", "--port", str(slow), "--tokens", str(SLOW_TOKENS)]
+    cluster.start("slow-engine", [*engine, "--token-delay", str(SLOW_TOKEN_DELAY_S)], env=env)
+    for p in (port, slow):
+        wait_until(lambda p=p: httpx.get(f"http://127.0.0.1:{p}/v1/models", timeout=1).status_code == 200, 30, "engine")
     out = shell(
         cluster,
         "from tests.gateway.harness import key, model, replica\n"
@@ -154,15 +176,20 @@ def populate(cluster: Cluster, nodes: int, heartbeat_s: float = 2) -> Fleet:
         f"replica(model('priced', price=(1_000_000, 1_000_000)), 'http://127.0.0.1:{port}')\n"
         "print('BUDGETED=' + key(team='budgeted'))\n"
         f"Budget.objects.create(scope='team', team=Team.objects.get(name='budgeted'), amount_micros={BUDGET_MICROS},"
+        " period='day')\n"
+        # A slow priced model (a micro a completion token) and a team with a budget: scenario 2's reservations.
+        f"replica(model('slow', price=(0, 1_000_000)), 'http://127.0.0.1:{slow}')\n"
+        "print('SLOW=' + key(team='slow'))\n"
+        "Budget.objects.create(scope='team', team=Team.objects.get(name='slow'), amount_micros=1_000_000,"
         " period='day')\n",
     )
-    found = dict(line.split("=", 1) for line in out.splitlines() if line.startswith(("KEY=", "LIMITED=", "BUDGETED=")))
+    found = dict(line.split("=", 1) for line in out.splitlines() if line.split("=", 1)[0] in FOUND)
     key = found["KEY"]
     data = cluster.hosts[0].data
     fleet = Fleet(
         cluster, (data / "admin-token").read_text().strip(), (data / "join-token").read_text().strip(), key, nodes
     )
-    fleet.extra.update(limited=found["LIMITED"], budgeted=found["BUDGETED"])
+    fleet.extra.update(limited=found["LIMITED"], budgeted=found["BUDGETED"], slow=found["SLOW"])
     fleet.agents = cluster.start(
         "agents",
         [
@@ -633,10 +660,224 @@ def database_change(fleet: Fleet, what: str, settle_s: float = 15) -> tuple[Figu
 
 
 PERIODIC_CHECKED = {"observability.tasks.tick": 10.0, "inventory.tasks.check_reachability": 5.0}
-"""Periodic tasks only the beat queues, with their periods (llmgw.celery.PERIODIC): counted in scenario 2."""
+"""Periodic tasks only the beat queues, with their periods (llmgw.celery.PERIODIC): each run's start checked."""
+RECONCILE, RECONCILE_EVERY_S = "placement.tasks.reconcile", 5.0
+"""The reconciler: queued by the beat and also soon after a change (placement.signals), so only its gaps count."""
+
+RUN_LOG = """
+create table if not exists scenario_task_starts (name text not null, started timestamptz not null);
+create or replace function scenario_task_started() returns trigger language plpgsql as $$
+begin
+  if new.last_started is distinct from old.last_started then
+    insert into scenario_task_starts values (new.name, new.last_started);
+  end if;
+  return new;
+end $$;
+drop trigger if exists scenario_task_started on core_taskrun;
+create trigger scenario_task_started after update on core_taskrun for each row execute function scenario_task_started();
+"""
+"""Every start of a task (each worker sets TaskRun.last_started as a run begins), kept by the database itself:
+exact whatever the load, where polling the row could miss two runs between polls."""
 
 
-def task_runs(cluster: Cluster) -> dict[str, int]:
-    """TaskRun's count of runs of each task (filled from Celery's signals by every worker)."""
-    rows = sql(cluster, "select name, runs from core_taskrun")
-    return {name: int(runs) for name, runs in (line.split("|") for line in rows.splitlines())}
+def record_task_starts(cluster: Cluster) -> None:
+    sql(cluster, RUN_LOG)
+
+
+def task_starts(cluster: Cluster) -> dict[str, list[float]]:
+    """Each task's recorded starts, epoch seconds, in order."""
+    rows = sql(cluster, "select name, extract(epoch from started) from scenario_task_starts order by started")
+    starts: dict[str, list[float]] = {}
+    for line in rows.splitlines():
+        name, at = line.split("|")
+        starts.setdefault(name, []).append(float(at))
+    return starts
+
+
+def gaps(starts: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(starts)]
+
+
+class SlowStreams:
+    """Streamed completions of the slow priced model sent straight to given hosts' gateways, read to the end."""
+
+    def __init__(self, key: str, addresses: list[str]) -> None:
+        self.key = key
+        self.results: dict[int, tuple[str, int | str, int]] = {}
+        """Per stream: (the host's address, its status or exception's name, the tokens it got)."""
+        self.threads = [threading.Thread(target=self.run, args=(n, a), daemon=True) for n, a in enumerate(addresses)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, n: int, address: str) -> None:
+        body = {"model": "slow", "stream": True, "max_tokens": 500, "messages": [{"role": "user", "content": "go"}]}
+        got, status = 0, "not sent"
+        try:
+            with (
+                httpx.Client(timeout=60, headers={"Authorization": f"Bearer {self.key}"}) as http,
+                http.stream("POST", f"http://{address}/v1/chat/completions", json=body) as answer,
+            ):
+                status = answer.status_code
+                for line in answer.iter_lines():
+                    if line.startswith("data: {") and json.loads(line.removeprefix("data: ")).get("choices"):
+                        got += 1
+        except httpx.HTTPError as exc:
+            status = type(exc).__name__
+        self.results[n] = (address, status, got)
+
+    def join(self, timeout: float) -> None:
+        for t in self.threads:
+            t.join(timeout)
+
+
+SLOW_BUDGET = "(select id from gateway_budget where team_id = (select id from gateway_team where name = 'slow'))"
+
+
+def leases(cluster: Cluster) -> dict[str, int]:
+    """The slow team's budget's leases: owner (host:pid:random) to the micros it holds."""
+    rows = sql(cluster, f"select owner, micros from gateway_lease where budget_id = {SLOW_BUDGET}")
+    return {owner: int(micros) for owner, micros in (line.split("|") for line in rows.splitlines())}
+
+
+def slow_budget(cluster: Cluster) -> tuple[int, int]:
+    """The slow team's budget: (spent, reserved) micros."""
+    query = f"select spent_micros, reserved_micros from gateway_budget where id = {SLOW_BUDGET}"
+    spent, reserved = sql(cluster, query).split("|")
+    return int(spent), int(reserved)
+
+
+LEASE_ROWS = (
+    "select l.owner, l.micros, l.expires_at - now(), h.expires_at - now() from gateway_lease l"
+    " left join gateway_leaseholder h on h.owner = l.owner"
+)
+"""Every lease, its holder's expiry and its own (from now), to say why one was not given back."""
+
+
+def owned_by(host_procs, owner: str) -> bool:
+    """Whether the lease owner's process (``host:pid:random``) is in one of the host's process groups."""
+    pid = int(owner.split(":")[1])
+    try:
+        return os.getpgid(pid) in {p.popen.pid for p in host_procs}
+    except ProcessLookupError:
+        return False
+
+
+def refused(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def host_killed(fleet: Fleet, watch_s: float = 30) -> tuple[Figures, dict]:
+    """Scenario 2: the host without the beat SIGKILLed under gateway load, holding budget reservations.
+
+    1. Each task's starts recorded from here on (RUN_LOG), across the restart and the kill.
+    2. The host restarted with a lease of DEAD_HOST_LEASE_S. The lease is stamped by the process that
+       reserves (its own LLMGW_GATEWAY_LEASE_S, renewed by it), so a short one on this host alone keeps the
+       test short and changes nothing for the other host, nor for the earlier scenarios: during a 30 s
+       Patroni failover no lease can be renewed, and one this short would have been reaped from under
+       requests still in flight.
+    3. Clients through HAProxy; slow priced streams straight to each host (20 s each), held past a lease.
+    4. The host's every process SIGKILLed; for ``watch_s``: when its leases are given back, the nodes.
+    """
+    cluster, dead = fleet.cluster, fleet.cluster.hosts[1]
+    record_task_starts(cluster)
+    recorded_from = time.time()
+    cluster.restart_host(dead, {**cluster.envs[1], "LLMGW_GATEWAY_LEASE_S": str(DEAD_HOST_LEASE_S)})
+    routed = cluster.root / "haproxy.log"
+    seen: dict = {}
+    with Clients(fleet.gateway, fleet.key) as clients:
+        # HAProxy sends the restarted host traffic again (two good checks, 2 s apart) before it is killed. Its
+        # gateway's processes start after the admin listener answers: on a loaded machine, seconds after.
+        mark = routed.read_text().count("llmgw_gateway/ctl2 ")
+        wait_until(lambda: healthy(dead.gateway), 120, "the restarted host's gateway", 0.5)
+        wait_until(lambda: routed.read_text().count("llmgw_gateway/ctl2 ") > mark, 60, "ctl2 routed to again", 0.5)
+        streams = SlowStreams(fleet.extra["slow"], [dead.gateway] * 4 + [cluster.hosts[0].gateway] * 2)
+        wait_until(lambda: len(leases(cluster)) == 2 and all(leases(cluster).values()), 30, "both hosts' leases")
+        held = {o: m for o, m in leases(cluster).items() if owned_by(dead.procs, o)}
+        # Held past a lease and two reaper runs: the living host's renewals keep its reservations.
+        time.sleep(DEAD_HOST_LEASE_S + 2 * REAP_EVERY_S)
+        held_at_kill = {o: m for o, m in leases(cluster).items() if o in held}
+        seen["lease_rows_at_kill"] = sql(cluster, LEASE_ROWS)
+        before = len(clients.results)
+        killed_at, killed_wall = time.monotonic(), time.time()
+        for proc in dead.procs:
+            proc.kill(signal.SIGKILL)
+        # A killed process still holds its listening socket while the kernel tears it down: connections
+        # made meanwhile are in flight on the dead host too. The host is gone once a connect is refused.
+        wait_until(lambda: refused(dead.gateway), 10, "the killed host's listener closing", 0.005)
+        gone_at = time.monotonic()
+
+        def given_back() -> bool:
+            now = leases(cluster)
+            return not any(now.get(o) for o in held) and slow_budget(cluster)[1] == sum(now.values())
+
+        with contextlib.suppress(AssertionError):
+            wait_until(given_back, watch_s, "the dead host's reservations given back", 0.1)
+        back_s = time.monotonic() - killed_at if given_back() else None
+        seen["lease_rows"] = sql(cluster, LEASE_ROWS)
+        seen["reaper"] = sql(cluster, "select * from core_taskrun where name = 'gateway.tasks.reap_leases'")
+        seen["activity"] = sql(
+            cluster,
+            "select pid, state, wait_event_type, now() - xact_start, left(query, 100) from pg_stat_activity"
+            " where datname = current_database() and state <> 'idle'",
+        )
+        # Longer than a node's grace (20 s): a node that could not reach the other host would be unreachable.
+        time.sleep(max(0.0, watch_s - (time.monotonic() - killed_at)))
+        nodes = fleet.summary()["nodes"]
+    streams.join(60)
+    # The living host's streams are settled with their usage (flushed within a second).
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: slow_budget(cluster)[1] == 0, 30, "every reservation settled", 0.5)
+    spent, reserved = slow_budget(cluster)
+    records, cost = (
+        int(x)
+        for x in sql(
+            cluster,
+            "select count(*), coalesce(sum(cost_micros), 0) from gateway_usagerecord"
+            " where team_id = (select id from gateway_team where name = 'slow')",
+        ).split("|")
+    )
+    starts = {t: [x for x in v if x >= recorded_from] for t, v in task_starts(cluster).items()}
+    failed = [(sent, t, s, c) for sent, t, s, c in clients.results if s != 200]
+    seen.update(
+        clients=clients,
+        before=before,
+        killed_at=killed_at,
+        killed_wall=killed_wall,
+        gone_s=gone_at - killed_at,
+        dead_gateway=dead.gateway,
+        failed=failed,
+        gone_at=gone_at,
+        nodes=nodes,
+        held=held,
+        held_at_kill=held_at_kill,
+        back_s=back_s,
+        streams=dict(streams.results),
+        spent=spent,
+        reserved=reserved,
+        records=records,
+        cost=cost,
+        starts=starts,
+    )
+    last = max((t - killed_at for _, t, _, _ in failed), default=0.0)
+    checked = [*PERIODIC_CHECKED, RECONCILE]
+    spans = {t: gaps(starts[t]) for t in checked if len(starts.get(t, [])) > 1}
+    ran = "; ".join(
+        f"{task.rsplit('.', 1)[1]} {len(g) + 1} runs {min(g):.1f}-{max(g):.1f} s apart" for task, g in spans.items()
+    )
+    back = "not" if back_s is None else f"{back_s:.1f} s"
+    figures = Figures(
+        "2. a control host SIGKILLed",
+        len(clients.results),
+        len(failed),
+        0,
+        last,
+        f"the last failure {last:.2f} s after the kill; its reservations ({sum(held_at_kill.values())} micros) back "
+        f"{back} after it (lease {DEAD_HOST_LEASE_S:g} s, reaper every {REAP_EVERY_S:g} s); spent {spent} = recorded "
+        f"{cost}; nodes after {watch_s:.0f} s {nodes}; {ran}",
+    )
+    return figures, seen

@@ -461,6 +461,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument(
+        "--token-delay", type=float, default=0.0, metavar="S", help="Seconds before each streamed token."
+    )
     parser.add_argument("--usage", default="vllm", choices=["vllm", "llamacpp", "none"])
     parser.add_argument("--name", default="fake", help="The model's name, as --served-model-name gives it.")
     parser.add_argument("--lora", action="store_true", help="Serve LoRA adapters as vLLM --enable-lora does.")
@@ -469,7 +472,14 @@ def main() -> None:
     adapters = dict(a.split("=", 1) for a in args.adapter)
 
     async def serve() -> None:
-        behaviour = Behaviour(tokens=args.tokens, usage=args.usage, name=args.name, lora=args.lora, adapters=adapters)
+        behaviour = Behaviour(
+            tokens=args.tokens,
+            token_delay_s=args.token_delay,
+            usage=args.usage,
+            name=args.name,
+            lora=args.lora,
+            adapters=adapters,
+        )
         engine = FakeEngine(behaviour)
         engine.stats.keep_bodies = False
         await engine.start(port=args.port)
