@@ -35,7 +35,11 @@ def run_async(test):
 
 @pytest.fixture(autouse=True)
 def in_memory_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Room for a storm's messages: at the layer's default of 100 a channel drops what it cannot hold,
+    # and a burst of 101 sent before the consumer runs lost its last one.
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+    }
     live.breaker.reset()
 
 
