@@ -131,18 +131,57 @@ def tree(pid: int) -> list[int]:
 
 
 def tree_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of each process in the tree."""
+    """CPU seconds of each process in the tree, and (as pid -1) of the PostgreSQL backends serving its database."""
     out = {}
     for p in tree(pid):
         with contextlib.suppress(OSError):
             out[p] = cpu_seconds(p)
+    out[-1] = database_cpu()
     return out
 
 
+def database_cpu() -> float:
+    """CPU seconds of the PostgreSQL backends connected to the benchmark's database (they are not serve's children).
+
+    A backend that exits between two readings takes its seconds with it, so this
+    undercounts churn; serve keeps its connections, so there is little.
+    """
+    total = 0.0
+    mark = f" {DB} ".encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            command = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ")
+            if command.startswith(b"postgres:") and mark in command:
+                total += cpu_seconds(int(proc.name))
+    return total
+
+
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> tuple[float, float]:
-    """(all the tree's processes, the busiest one): CPU seconds between two readings."""
-    spent = [after[p] - before.get(p, 0.0) for p in after]
+    """(all the tree's processes, the busiest one): CPU seconds between two readings; PostgreSQL not counted."""
+    spent = [after[p] - before.get(p, 0.0) for p in after if p != -1]
     return sum(spent), max(spent, default=0.0)
+
+
+def command_of(pid: int) -> str:
+    """What a process of the tree is, in a few words (serve's children are told apart by their arguments)."""
+    if pid == -1:
+        return "PostgreSQL backends (not counted above)"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    words = [a.decode(errors="replace").rsplit("/", 1)[-1] for a in argv if a and not a.startswith(b"-")]
+    return " ".join(words[:4])[:48]
+
+
+def cpu_by_process(before: dict[int, float], after: dict[int, float], per: int) -> list[tuple[str, float]]:
+    """Each process's CPU ms per request (``per`` requests) between two readings, busiest first."""
+    spent = [(f"{command_of(p)} [{p}]", (after[p] - before.get(p, 0.0)) * 1000 / max(1, per)) for p in after]
+    return sorted((s for s in spent if s[1] > 0), key=lambda s: -s[1])
+
+
+WHERE: dict[str, list[tuple[str, float]]] = {}
+"""The last size's server CPU per request, process by process, for each protocol phase (printed after its table)."""
 
 
 def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
@@ -218,7 +257,9 @@ async def register(
     cpu0, client0, t0 = tree_cpu(pid), time.process_time(), time.monotonic()
     await run_queue(host, int(port), requests, connections, answered)
     took = time.monotonic() - t0
-    server, busiest = cpu_spent(cpu0, tree_cpu(pid))
+    cpu1 = tree_cpu(pid)
+    server, busiest = cpu_spent(cpu0, cpu1)
+    WHERE["registration"] = cpu_by_process(cpu0, cpu1, len(sims))
     figures = {
         "register_s": took,
         "register_server_cpu_ms": server / len(sims) * 1000,
@@ -251,9 +292,11 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
         seconds=args.seconds,
         connections=args.connections,
     )
-    (server, busiest), client = cpu_spent(cpu0, tree_cpu(pid)), time.process_time() - client0
+    cpu1 = tree_cpu(pid)
+    (server, busiest), client = cpu_spent(cpu0, cpu1), time.process_time() - client0
     samples, errors, elapsed = run.samples, run.errors, run.elapsed
     answered = len(samples["heartbeat"]) + len(samples["report"])
+    WHERE["heartbeats and reports"] = cpu_by_process(cpu0, cpu1, answered)
     wanted = n / args.heartbeat * (1 - 1 / every)
     return {
         "hb_wanted_per_s": wanted,
@@ -565,6 +608,11 @@ def main() -> int:
             results[size].update(read_side(args))
         print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
         print_table({size: results[size]})
+        for phase, rows in WHERE.items():
+            print(f"  server CPU per request in {phase}, ms, by process:")
+            for name, ms in rows:
+                print(f"    {ms:8.3f}  {name}")
+        WHERE.clear()
     if len(results) > 1:
         print_table(results)
     if not args.no_scheduler:

@@ -119,14 +119,24 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """Pages only listen; anything they send is ignored."""
 
     async def live_update(self, message: dict[str, Any]) -> None:
-        """A ``live.update`` from dashboard.live.publish: forwarded without the channel's type, coalesced.
+        """A ``live.update`` from dashboard.live: its updates this page wants, forwarded and coalesced.
 
-        Sent at once after a quiet spell; within FRAME_EVERY_S of the last
-        frame it is held and sent with whatever else arrives by then.
+        A publisher's ``batch`` is opened and filtered update by update; a
+        ``resync`` always passes. Sent at once after a quiet spell; within
+        FRAME_EVERY_S of the last frame it is held and sent with whatever
+        else arrives by then.
         """
-        if not self.wants(message):
+        kind = message.get("kind")
+        if kind == live.BATCH:
+            opened = (message.get("data") or {}).get("updates") or []
+            updates = [u for u in opened if u.get("kind") == live.RESYNC or self.wants(u)]
+        elif kind == live.RESYNC or self.wants(message):
+            updates = [message]
+        else:
+            updates = []
+        if not updates:
             return
-        self.pending.append({k: message[k] for k in ("kind", "subject", "data") if k in message})
+        self.pending += [{k: u[k] for k in ("kind", "subject", "data") if k in u} for u in updates]
         if self.flusher is not None:
             return
         loop = asyncio.get_running_loop()
@@ -149,10 +159,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not held:
             return
         self.last_frame = asyncio.get_running_loop().time()
+        resyncs = [u for u in held if u.get("kind") == live.RESYNC]
         if len(held) == 1:
             frame = held[0]
-        elif len(held) > MOST_IN_A_BATCH:
-            frame = messages.resync(len(held))
+        elif resyncs or len(held) > MOST_IN_A_BATCH:
+            # A publisher's resync stands for all it held; the page fetches everything either way.
+            told = len(held) - len(resyncs) + sum(int((u.get("data") or {}).get("held", 1)) for u in resyncs)
+            frame = messages.resync(told)
         else:
             frame = messages.batch(held)
         await self.send_json(dict(frame))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from dashboard.live import Update
+from dashboard.live import BATCH, RESYNC, Update
 from inventory.models import Node
 from inventory.reachability import SweepResult
 from inventory.writes.ingest import IngestResult
@@ -29,8 +29,6 @@ NODE_REACHABLE = "node.reachable"
 FLEET_REACHABILITY = "fleet.reachability"
 FLEET_FINDINGS = "fleet.findings"
 PLACEMENT_CHANGED = "placement.changed"
-BATCH = "batch"
-RESYNC = "resync"
 FLEET_SUBJECT = "fleet"
 
 
@@ -86,10 +84,12 @@ class PlacementChanged(TypedDict):
 
 
 class Batch(TypedDict):
-    """``batch`` (subject: fleet): messages a page's socket held back for a moment, in the order they came.
+    """``batch`` (subject: fleet): messages held back for a moment, in the order they came.
 
-    Only the page's socket sends it (dashboard.consumers), never a publisher:
-    the page reads each of ``updates`` as if it had come alone.
+    A publishing process sends one per window to the layer (dashboard.live),
+    and a page's socket one per frame, of the updates it wants
+    (dashboard.consumers); the page reads each of ``updates`` as if it had
+    come alone. Batches are never nested.
     """
 
     updates: list[Update]

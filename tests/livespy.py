@@ -29,7 +29,13 @@ def heard(signal: Signal) -> Iterator[list[dict[str, Any]]]:
 
 
 def group_sends(monkeypatch) -> list[tuple[str, dict[str, Any]]]:
-    """Every ``group_send`` of the in-memory channel layer from now on, as (group, message), in order."""
+    """Every ``group_send`` of the in-memory channel layer from now on, as (group, message), in order.
+
+    What dashboard.live's outbox held until now is sent first, unrecorded: it was told before.
+    """
+    from dashboard import live
+
+    live.outbox.flush()
     sent: list[tuple[str, dict[str, Any]]] = []
     original = InMemoryChannelLayer.group_send
 
@@ -39,3 +45,21 @@ def group_sends(monkeypatch) -> list[tuple[str, dict[str, Any]]]:
 
     monkeypatch.setattr(InMemoryChannelLayer, "group_send", recording)
     return sent
+
+
+def updates_sent(sent: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """What ``group_sends`` recorded once the outbox has sent what it held, each batch opened into its updates.
+
+    dashboard.live holds what comes within a window of the last send and sends
+    it as one ``batch``; a test asking what the pages were told asks this.
+    """
+    from dashboard import live
+
+    live.outbox.flush()
+    out: list[tuple[str, dict[str, Any]]] = []
+    for group, message in sent:
+        if message.get("kind") == live.BATCH:
+            out += [(group, update) for update in message["data"]["updates"]]
+        else:
+            out.append((group, message))
+    return out

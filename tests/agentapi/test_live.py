@@ -101,3 +101,27 @@ def test_with_redis_down_heartbeats_are_stored_and_pushes_resume_later(client, s
     Node.objects.update(reachable=False)
     assert beat(credential, {}).status_code == 200
     assert receive(fleet)["kind"] == "node.reachable"
+
+
+def test_a_storm_through_redis_reaches_a_page_whole_however_small_its_channel(settings):
+    # channels_redis drops what a channel cannot hold (its capacity, here the default of 100): one message
+    # per update filled a page's channel in the first quarter second of a registration storm.
+    settings.CHANNEL_LAYERS = redis_layer(REDIS)
+    fleet = listen(live.fleet_group())
+    for k in range(2700):
+        assert live.publish([live.fleet_group()], live.Update(kind="node.registered", subject=f"n-{k:04d}"))
+        if k % 900 == 899:
+            time.sleep(live.FRAME_EVERY_S + 0.05)  # three windows of 900, each under what one message carries
+    live.outbox.flush()
+    told, messages = [], 0
+    while len(told) < 2700:
+        message = receive(fleet)
+        messages += 1
+        assert message["kind"] != live.RESYNC
+        told += (
+            [u["subject"] for u in message["data"]["updates"]]
+            if message["kind"] == live.BATCH
+            else [message["subject"]]
+        )
+    assert told == [f"n-{k:04d}" for k in range(2700)]
+    assert messages <= 8, messages

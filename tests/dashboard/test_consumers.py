@@ -135,6 +135,32 @@ async def test_a_node_page_hears_its_node_and_the_sweep_that_names_it(olivia, fl
 
 
 @run_async
+async def test_a_node_page_opens_a_publishers_batch_and_keeps_its_own_node(olivia, fleet, monkeypatch):
+    # A window's updates reach every page as one batch (dashboard.live); each page's socket filters it.
+    monkeypatch.setattr(live, "FRAME_EVERY_S", 5.0)
+    pk = await sync_to_async(lambda: Node.objects.get(name="hgx-000").pk)()
+    comm = await open_socket(f"/ws/console/nodes/{pk}/", olivia)
+    await publish(report("hgx-001"))
+    assert await comm.receive_nothing(timeout=0.3)
+    for name in ("hgx-001", "hgx-000", "hgx-001", "hgx-000"):
+        await publish(report(name, fields=[name]))
+    await sync_to_async(live.outbox.flush, thread_sensitive=False)()
+    frame = await comm.receive_json_from(timeout=2)
+    assert frame["kind"] == messages.BATCH and [u["subject"] for u in frame["data"]["updates"]] == ["hgx-000"] * 2
+    await comm.disconnect()
+
+
+@run_async
+async def test_a_publishers_resync_reaches_every_page(olivia, fleet):
+    pk = await sync_to_async(lambda: Node.objects.get(name="hgx-000").pk)()
+    comm = await open_socket(f"/ws/console/nodes/{pk}/", olivia)
+    assert await comm.receive_nothing(timeout=0.3)  # the socket joins its group after it is accepted
+    await publish(messages.resync(5000))
+    assert await comm.receive_json_from(timeout=2) == messages.resync(5000)
+    await comm.disconnect()
+
+
+@run_async
 async def test_a_rack_page_hears_its_trays_and_cards_moving_in_or_out(olivia, fleet):
     domain = await sync_to_async(NVLinkDomain.objects.get)()
     comm = await open_socket(f"/ws/console/nvlink/{domain.pk}/", olivia)
