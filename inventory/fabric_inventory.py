@@ -2,7 +2,8 @@
 
 The analysis itself is pure (fabrics.py); this is the one place that turns
 rows into its input, so the API, the pages, the sweeps and placement read the
-same answer.
+same answer. Placement, which reads it every round and wants only each node's
+fabric, reads only the columns that decide that (``node_fabrics``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from inventory.fabrics import FabricReport, PortFacts, SMChange, analyze
+from inventory.fabrics import FabricReport, PortFacts, PortLink, SMChange, analyze, node_fabric_keys
 from inventory.models import IBPort, SubnetManagerChange
 
 # The SM history the analysis looks at: its flapping window is an hour and a
@@ -88,3 +89,14 @@ def analyze_inventory(now: datetime | None = None) -> FabricReport:
         )
     ]
     return analyze(ports, changes, now)
+
+
+def node_fabrics() -> dict[str, str]:
+    """Node name → the one physical fabric its live ports are on: ``analyze_inventory().fabric_of``, node for node.
+
+    One query of the four columns that decide it, ports alike on a node read
+    once (most nodes' ports are all alike): what the reconciler reads every few
+    seconds, where the whole analysis was most of a round.
+    """
+    rows = IBPort.objects.order_by().values_list("node__name", "state", "link_layer", "network", "sm_guid").distinct()
+    return node_fabric_keys(PortLink._make(row) for row in rows)

@@ -12,16 +12,15 @@ keeps their replicas (and the GPUs those hold) while nothing new lands there.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from catalog.models import CatalogModel, Profile
 from catalog.reads import source_refers_to
-from core.jsonrows import values_decoded_once
-from inventory import failure_rules
-from inventory.fabric_inventory import analyze_inventory
+from core.jsonrows import PerValue, values_decoded_once
+from inventory import fabric_inventory, failure_rules
 from inventory.fabrics import FabricReport
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
@@ -98,8 +97,9 @@ def _nodes(report: FabricReport | None, now: datetime) -> tuple[list[NodeInfo], 
     rows = list(values_decoded_once(Node.objects.filter(lost=False).order_by("name"), NODE_COLUMNS, NODE_JSON))
     gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
     cards = GPU.objects.filter(node__lost=False).order_by("node_id", "index")
+    peers_of, problems_of = PerValue(card_peers), PerValue(card_problems)
     for g in values_decoded_once(cards, GPU_COLUMNS, GPU_JSON):
-        gpus_by_node[g["node_id"]].append(gpu_info(g))
+        gpus_by_node[g["node_id"]].append(gpu_info(g, peers_of=peers_of, problems_of=problems_of))
     fabrics = node_fabrics(report)
     holds = {
         (node_pk, index): reason
@@ -157,27 +157,45 @@ def node_info(n: Mapping[str, Any], gpus: tuple[GpuInfo, ...], fabric: str | Non
     )
 
 
-def gpu_info(g: Mapping[str, Any]) -> GpuInfo:
-    """One card or MIG instance as the scheduler sees it, from its ``GPU_COLUMNS`` as ``values()`` gives them."""
-    peers = g["nvlink_peers"]
+def card_peers(peers: Any) -> frozenset[int] | None:
+    """A card's stored NVLink peers as the scheduler reads them: the card indices; None when not reported."""
+    return None if peers is None else frozenset(int(p) for p in peers if isinstance(p, int))
+
+
+def card_problems(health: Any) -> tuple[str, ...]:
+    """A card's stored health problems, in words; empty when it has none."""
+    return tuple(str(p) for p in (health or []))
+
+
+def gpu_info(
+    g: Mapping[str, Any],
+    *,
+    peers_of: Callable[[Any], frozenset[int] | None] = card_peers,
+    problems_of: Callable[[Any], tuple[str, ...]] = card_problems,
+) -> GpuInfo:
+    """One card or MIG instance as the scheduler sees it, from its ``GPU_COLUMNS`` as ``values()`` gives them.
+
+    ``peers_of`` and ``problems_of`` read its two JSON columns; ``_nodes``
+    passes them memoized (core.jsonrows.PerValue), since every card of a kind
+    has the same peers and every healthy card the same empty problems.
+    """
     health = g["health"]
     parent = g["parent_index"]
+    domain = g["domain_id"]
     return GpuInfo(
         index=g["index"],
         gpu_class=g["gpu_class"],
         uuid=g["uuid"],
         healthy=not health,
-        problems=tuple(str(p) for p in (health or [])),
+        problems=problems_of(health),
         numa=g["numa"],
-        nvlink_peers=None if peers is None else frozenset(int(p) for p in peers if isinstance(p, int)),
+        nvlink_peers=peers_of(g["nvlink_peers"]),
         parent=parent,
         mig_uuid=g["mig_uuid"],
         mig_mode=parent is None and g["mig_mode"].startswith("enabled"),
         fabric_state=g["fabric_state"],
         fabric_status=g["fabric_status"],
-        domain=None
-        if g["domain_id"] is None
-        else NVLinkDomain.key_of(g["domain__cluster_uuid"], g["domain__clique_id"]),
+        domain=None if domain is None else NVLinkDomain.key_of(g["domain__cluster_uuid"], g["domain__clique_id"]),
         degraded=g["fabric_degraded"],
     )
 
@@ -188,9 +206,11 @@ def node_fabrics(report: FabricReport | None = None) -> dict[str, str]:
     A node missing here has no port, or ports on two fabrics, or one whose
     subnet manager could not be read: it takes no multi-node replica over
     InfiniBand, since its peers might be reached through the wrong fabric.
-    The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory).
+    The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory):
+    the ``report`` when the caller made one, else only its answer for each node.
     """
-    report = analyze_inventory() if report is None else report
+    if report is None:
+        return fabric_inventory.node_fabrics()
     out = {}
     for name in report.node_fabrics:
         key = report.fabric_of(name)
