@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from inventory.ibnetdiscover import normalize_guid
@@ -365,6 +366,9 @@ def _derive(p: PortFacts) -> _Port:
     return _Port(p, PortRef(p.node, p.hca, p.port), live, key, _text(p.declared_fabric))
 
 
+# Pure, and its arguments take few values in a fleet (a handful of states,
+# one SM per fabric): each distinct port is judged once, not once per port.
+@lru_cache(maxsize=1024)
 def _live_and_key(
     state: str | None, link_layer: str | None, network: str | None, sm_guid: str | None
 ) -> tuple[bool, str | None]:
@@ -679,19 +683,13 @@ def node_fabric_keys(links: Iterable[PortLink]) -> dict[str, str]:
 
     ``analyze(ports).fabric_of(node)`` for every node of ``ports`` whose answer
     is not None, without the rest of the analysis: what placement reads each
-    round. A port that appears twice counts once, and each distinct port
-    (the same SM seen by every port of a fabric) is judged once.
+    round. A port that appears twice counts once.
     """
-    judged: dict[tuple, tuple[bool, str | None]] = {}
     keys: dict[str, set[str]] = defaultdict(set)
     any_live: set[str] = set()
     unknown: set[str] = set()
     for link in links:
-        facts = link[1:]
-        verdict = judged.get(facts)
-        if verdict is None:
-            verdict = judged[facts] = _live_and_key(*facts)
-        live, key = verdict
+        live, key = _live_and_key(link.state, link.link_layer, link.network, link.sm_guid)
         node_keys = keys[link.node]  # a node with no live port is judged too: it has none
         if not live:
             continue

@@ -117,8 +117,10 @@ def varied_fleet() -> None:
     gpus("nvl72-00-tray-02", 0, 1, 2, 3).update(health=JSON_NULL)  # JSON null: no problems known
     # A card in MIG mode with no instance yet, and one not in MIG mode, beside the instances.
     mig = Node.objects.get(name="mig-01")
-    GPU.objects.create(node=mig, index=1, uuid="GPU-m1", name="A100", gpu_class="a100-80g", mig_mode="enabled (pending)")
-    GPU.objects.create(node=mig, index=2, uuid="GPU-m2", name="A100", gpu_class="a100-80g", mig_mode="disabled")
+    for index, mode in ((1, "enabled (pending)"), (2, "disabled")):
+        GPU.objects.create(
+            node=mig, index=index, uuid=f"GPU-m{index}", name="A100", gpu_class="a100-80g", mig_mode=mode
+        )
     # Nodes: unknown engines and memory, odd labels and channels, lost, unreachable, cordoned.
     Node.objects.filter(name="cpu-00").update(engines=None, memory_mb=None, labels=JSON_NULL, imex_channels="3")
     Node.objects.filter(name="hgx-001").update(labels={"pool": "gold", "rack": 7, "x": None}, engines=["vllm"])
@@ -176,6 +178,10 @@ def test_a_report_given_gives_the_same_nodes_as_the_one_read_here():
     assert snapshot.load(now, fabrics=analyze_inventory()).snapshot.nodes == snapshot.load(now).snapshot.nodes
 
 
+def hold(node: str, index: int) -> None:
+    CardHold.objects.create(node=Node.objects.get(name=node), gpu_index=index, since=timezone.now(), reason="x")
+
+
 def queries_of_load() -> list[str]:
     with CaptureQueriesContext(connection) as queries:
         snapshot.load(timezone.now())
@@ -184,10 +190,10 @@ def queries_of_load() -> list[str]:
 
 def test_load_takes_as_many_queries_for_twenty_nodes_as_for_two():
     fleet("h100-hgx:1,cpu:1")
-    CardHold.objects.create(node=Node.objects.get(name="hgx-000"), gpu_index=0, since=timezone.now(), reason="x")
+    hold("hgx-000", 0)
     two = queries_of_load()
     fleet("gb200-nvl72:1")
-    CardHold.objects.create(node=Node.objects.get(name="nvl72-00-tray-00"), gpu_index=1, since=timezone.now(), reason="x")
+    hold("nvl72-00-tray-00", 1)
     assert Node.objects.count() == 20
     twenty = queries_of_load()
     assert len(twenty) == len(two), "\n".join(twenty)
