@@ -52,8 +52,9 @@ class PerValue(Generic[T]):
     Those rows hold one object per distinct JSON text, so what is derived from
     it (a frozenset of a card's peers, say) can be derived once per object,
     not once per row. An object is known by its identity, and kept while this
-    is, so its identity is never another's. A value met for the first time is
-    converted; the answer is always ``convert(value)``'s.
+    is, so its identity is never another's; so the values converted must not
+    change. A value met for the first time is converted; the answer is always
+    ``convert(value)``'s.
     """
 
     def __init__(self, convert: Callable[[Any], T]) -> None:
@@ -62,6 +63,7 @@ class PerValue(Generic[T]):
 
     def __call__(self, value: Any) -> T:
         seen = self._seen.get(id(value))
-        if seen is None or seen[0] is not value:
+        if seen is None:
+            # The value is kept beside its answer: while it lives, no other object can take its id.
             seen = self._seen[id(value)] = (value, self._convert(value))
         return seen[1]
