@@ -14,11 +14,13 @@ change them in place.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
+
+T = TypeVar("T")
 
 _TEXT = "_json_text_of_"
 _UNSEEN = object()
@@ -42,3 +44,26 @@ def values_decoded_once(rows: QuerySet, fields: Sequence[str], json_fields: Sequ
                     value = decoded[text] = json.loads(text)
                 out[field] = value
         yield out
+
+
+class PerValue(Generic[T]):
+    """``convert(value)`` computed once per decoded value that ``values_decoded_once`` shares among its rows.
+
+    Those rows hold one object per distinct JSON text, so what is derived from
+    it (a frozenset of a card's peers, say) can be derived once per object,
+    not once per row. An object is known by its identity, and kept while this
+    is, so its identity is never another's; so the values converted must not
+    change. A value met for the first time is converted; the answer is always
+    ``convert(value)``'s.
+    """
+
+    def __init__(self, convert: Callable[[Any], T]) -> None:
+        self._convert = convert
+        self._seen: dict[int, tuple[Any, T]] = {}
+
+    def __call__(self, value: Any) -> T:
+        seen = self._seen.get(id(value))
+        if seen is None:
+            # The value is kept beside its answer: while it lives, no other object can take its id.
+            seen = self._seen[id(value)] = (value, self._convert(value))
+        return seen[1]

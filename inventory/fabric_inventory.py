@@ -2,7 +2,8 @@
 
 The analysis itself is pure (fabrics.py); this is the one place that turns
 rows into its input, so the API, the pages, the sweeps and placement read the
-same answer.
+same answer. Placement, which reads it every round and wants only each node's
+fabric, reads only the columns that decide that (``node_fabrics``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from inventory.fabrics import FabricReport, PortFacts, SMChange, analyze
+from core.jsonrows import values_decoded_once
+from inventory.fabrics import FabricReport, PortFacts, PortLink, SMChange, analyze, node_fabric_keys
 from inventory.models import IBPort, SubnetManagerChange
 
 # The SM history the analysis looks at: its flapping window is an hour and a
@@ -37,6 +39,7 @@ PORT_FIELDS = (
     "counters",
     "previous_counters",
 )
+PORT_JSON = ("counters", "previous_counters")
 
 
 def _blank(value: str | None) -> str | None:
@@ -73,7 +76,8 @@ def port_facts(p: dict) -> PortFacts:
 def analyze_inventory(now: datetime | None = None) -> FabricReport:
     """Analyse every stored port; two queries whatever the fleet's size."""
     now = now or timezone.now()
-    ports = [port_facts(p) for p in IBPort.objects.values(*PORT_FIELDS)]
+    # Each distinct counters value decoded once (core.jsonrows): a clean port's are every clean port's.
+    ports = [port_facts(p) for p in values_decoded_once(IBPort.objects.all(), PORT_FIELDS, PORT_JSON)]
     changes = [
         SMChange(
             node=c["node__name"],
@@ -88,3 +92,14 @@ def analyze_inventory(now: datetime | None = None) -> FabricReport:
         )
     ]
     return analyze(ports, changes, now)
+
+
+def node_fabrics() -> dict[str, str]:
+    """Node name → the one physical fabric its live ports are on: ``analyze_inventory().fabric_of``, node for node.
+
+    One query of the four columns that decide it, ports alike on a node read
+    once (most nodes' ports are all alike): what the reconciler reads every few
+    seconds, where the whole analysis was most of a round.
+    """
+    rows = IBPort.objects.order_by().values_list("node__name", "state", "link_layer", "network", "sm_guid").distinct()
+    return node_fabric_keys(PortLink._make(row) for row in rows)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from inventory.ibnetdiscover import normalize_guid
 
@@ -28,6 +29,7 @@ __all__ = [
     "FabricReport",
     "PhysicalFabric",
     "PortFacts",
+    "PortLink",
     "PortRef",
     "Problem",
     "SMChange",
@@ -35,6 +37,7 @@ __all__ = [
     "analyze",
     "describe_key",
     "fabric_id",
+    "node_fabric_keys",
 ]
 
 # Changes of one master SM reported by many ports within this gap are one event:
@@ -351,18 +354,32 @@ def _is_active(state: str | None) -> bool | None:
 
 
 def _is_roce(p: PortFacts) -> bool:
-    return (_text(p.link_layer) or "").lower() == "ethernet"
+    return _is_ethernet(p.link_layer)
+
+
+def _is_ethernet(link_layer: str | None) -> bool:
+    return (_text(link_layer) or "").lower() == "ethernet"
 
 
 def _derive(p: PortFacts) -> _Port:
-    active = _is_active(p.state)
+    live, key = _live_and_key(p.state, p.link_layer, p.network, p.sm_guid)
+    return _Port(p, PortRef(p.node, p.hca, p.port), live, key, _text(p.declared_fabric))
+
+
+# Pure, and its arguments take few values in a fleet (a handful of states,
+# one SM per fabric): each distinct port is judged once, not once per port.
+@lru_cache(maxsize=1024)
+def _live_and_key(
+    state: str | None, link_layer: str | None, network: str | None, sm_guid: str | None
+) -> tuple[bool, str | None]:
+    """Whether a port is live (not known to be down), and its physical fabric's key (None: unknown)."""
     key: str | None = None
-    if _is_roce(p):
-        net = _text(p.network)
+    if _is_ethernet(link_layer):
+        net = _text(network)
         key = f"roce:{net}" if net else None
-    elif sm := normalize_guid(p.sm_guid):
+    elif sm := normalize_guid(sm_guid):
         key = f"sm:{sm}"
-    return _Port(p, PortRef(p.node, p.hca, p.port), active is not False, key, _text(p.declared_fabric))
+    return _is_active(state) is not False, key
 
 
 def _who(p: _Port) -> str:
@@ -616,15 +633,76 @@ def _node_fabrics(ports: list[_Port], by_key: dict[str, PhysicalFabric]) -> tupl
     reasons: dict[str, str] = {}
     for node, node_keys in keys.items():
         node_keys.sort()
-        if node not in any_live:
+        why = _why_no_fabric(node in any_live, bool(unknown[node]), node_keys)
+        if why == _ALL_DOWN:
             reasons[node] = f"every InfiniBand/RoCE port of {node} is down"
-        elif unknown[node]:
+        elif why == _UNKNOWN:
             ports_s = ", ".join(f"{p.ref.hca} port {p.ref.port}" for p in unknown[node])
             reasons[node] = f"the fabric of {node}'s {ports_s} is unknown (its subnet manager could not be read)"
-        elif len(node_keys) > 1:
+        elif why == _SPLIT:
             labels = ", ".join(by_key[k].label for k in node_keys)
             reasons[node] = f"the ports of {node} are on {_count_word(len(node_keys))} physical fabrics ({labels})"
     return dict(keys), reasons
+
+
+_ALL_DOWN, _UNKNOWN, _SPLIT = "all down", "unknown", "split"
+
+
+def _why_no_fabric(any_live: bool, any_unknown: bool, keys: Collection[str]) -> str | None:
+    """Which rule keeps a node from having one fabric (_ALL_DOWN, _UNKNOWN, _SPLIT); None when it has one.
+
+    ``any_unknown`` is whether a live port's fabric is unknown; ``keys`` the
+    fabrics of its live ports. The one rule for the analysis' reasons and for
+    :func:`node_fabric_keys`.
+    """
+    if not any_live:
+        return _ALL_DOWN
+    if any_unknown:
+        return _UNKNOWN
+    if len(keys) > 1:
+        return _SPLIT
+    return None
+
+
+class PortLink(NamedTuple):
+    """What decides the physical fabric a port puts its node on; the rest of :class:`PortFacts` does not."""
+
+    node: str
+    state: str | None
+    link_layer: str | None
+    network: str | None
+    sm_guid: str | None
+
+    @classmethod
+    def of(cls, p: PortFacts) -> PortLink:
+        return cls(p.node, p.state, p.link_layer, p.network, p.sm_guid)
+
+
+def node_fabric_keys(links: Iterable[PortLink]) -> dict[str, str]:
+    """Node → the one physical fabric key its live ports are all on, for each node that has one.
+
+    ``analyze(ports).fabric_of(node)`` for every node of ``ports`` whose answer
+    is not None, without the rest of the analysis: what placement reads each
+    round. A port that appears twice counts once.
+    """
+    keys: dict[str, set[str]] = defaultdict(set)
+    any_live: set[str] = set()
+    unknown: set[str] = set()
+    for link in links:
+        live, key = _live_and_key(link.state, link.link_layer, link.network, link.sm_guid)
+        node_keys = keys[link.node]  # a node with no live port is judged too: it has none
+        if not live:
+            continue
+        any_live.add(link.node)
+        if key is None:
+            unknown.add(link.node)
+        else:
+            node_keys.add(key)
+    return {
+        node: next(iter(node_keys))
+        for node, node_keys in keys.items()
+        if _why_no_fabric(node in any_live, node in unknown, node_keys) is None
+    }
 
 
 def _split_nodes(

@@ -49,7 +49,12 @@ class NVLinkDomain(models.Model):
     @property
     def key(self) -> str:
         """``<ClusterUUID>/<CliqueId>``, how the API and the live groups name a domain."""
-        return f"{self.cluster_uuid}/{self.clique_id}"
+        return self.key_of(self.cluster_uuid, self.clique_id)
+
+    @staticmethod
+    def key_of(cluster_uuid: str, clique_id: int) -> str:
+        """The key of the domain with these columns, for reads that fetch the columns and not the row."""
+        return f"{cluster_uuid}/{clique_id}"
 
 
 class Node(models.Model):

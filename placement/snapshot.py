@@ -12,14 +12,15 @@ keeps their replicas (and the GPUs those hold) while nothing new lands there.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from catalog.models import CatalogModel, Profile
 from catalog.reads import source_refers_to
-from inventory import failure_rules
-from inventory.fabric_inventory import analyze_inventory
+from core.jsonrows import PerValue, values_decoded_once
+from inventory import fabric_inventory, failure_rules
 from inventory.fabrics import FabricReport
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
@@ -65,27 +66,58 @@ def load(
 # --- nodes ------------------------------------------------------------------------
 
 
+# The columns node_info and gpu_info read, and no others: a fleet's rows carry
+# far more (discovery's JSON above all) than the scheduler decides from, and
+# building whole model instances of every node and card was most of a reconcile.
+NODE_COLUMNS = ("pk", "name", "state", "reachable", "labels", "engines", "memory_mb", "imex_state", "imex_channels")
+NODE_JSON = ("labels", "engines", "imex_channels")
+GPU_COLUMNS = (
+    "node_id",
+    "index",
+    "gpu_class",
+    "uuid",
+    "health",
+    "numa",
+    "nvlink_peers",
+    "parent_index",
+    "mig_uuid",
+    "mig_mode",
+    "fabric_state",
+    "fabric_status",
+    "fabric_degraded",
+    "domain_id",
+    "domain__cluster_uuid",
+    "domain__clique_id",
+)
+GPU_JSON = ("health", "nvlink_peers")
+
+
 def _nodes(report: FabricReport | None, now: datetime) -> tuple[list[NodeInfo], dict[str, int]]:
-    rows = list(Node.objects.filter(lost=False).order_by("name"))
+    # Each distinct JSON value is decoded once (core.jsonrows): every card of a kind has the same peers.
+    rows = list(values_decoded_once(Node.objects.filter(lost=False).order_by("name"), NODE_COLUMNS, NODE_JSON))
     gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
-    mig_cards: dict[int, set[int]] = defaultdict(set)
-    for g in GPU.objects.filter(node__lost=False).select_related("domain").order_by("node_id", "index"):
-        gpus_by_node[g.node_id].append(gpu_info(g))
-        if g.parent_index is not None:
-            mig_cards[g.node_id].add(g.parent_index)
+    cards = GPU.objects.filter(node__lost=False).order_by("node_id", "index")
+    peers_of, problems_of = PerValue(card_peers), PerValue(card_problems)
+    for g in values_decoded_once(cards, GPU_COLUMNS, GPU_JSON):
+        gpus_by_node[g["node_id"]].append(gpu_info(g, peers_of=peers_of, problems_of=problems_of))
     fabrics = node_fabrics(report)
-    holds = dict(((h.node_id, h.gpu_index), h.reason) for h in CardHold.objects.filter(node__lost=False))
+    holds = {
+        (node_pk, index): reason
+        for node_pk, index, reason in CardHold.objects.filter(node__lost=False).values_list(
+            "node_id", "gpu_index", "reason"
+        )
+    }
     if holds:
         for node_pk, gpus in gpus_by_node.items():
             gpus[:] = [replace(g, held=holds.get((node_pk, g.index))) for g in gpus]
     flapping = _flapping(now)
     out = []
     for n in rows:
-        info = node_info(n, tuple(gpus_by_node.get(n.pk, ())), fabrics.get(n.name))
-        if n.name in flapping:
-            info = replace(info, flapping=flapping[n.name])
+        info = node_info(n, tuple(gpus_by_node.get(n["pk"], ())), fabrics.get(n["name"]))
+        if n["name"] in flapping:
+            info = replace(info, flapping=flapping[n["name"]])
         out.append(info)
-    return out, {n.name: n.pk for n in rows}
+    return out, {n["name"]: n["pk"] for n in rows}
 
 
 def _flapping(now: datetime) -> dict[str, str]:
@@ -104,40 +136,67 @@ def _flapping(now: datetime) -> dict[str, str]:
     }
 
 
-def node_info(n: Node, gpus: tuple[GpuInfo, ...], fabric: str | None) -> NodeInfo:
-    """One node as the scheduler sees it. ``fabric`` is its physical InfiniBand fabric, None when not known."""
-    channels = n.imex_channels
+def node_info(n: Mapping[str, Any], gpus: tuple[GpuInfo, ...], fabric: str | None) -> NodeInfo:
+    """One node as the scheduler sees it, from its ``NODE_COLUMNS`` as ``values()`` gives them.
+
+    ``fabric`` is its physical InfiniBand fabric, None when not known.
+    """
+    channels = n["imex_channels"]
+    engines = n["engines"]
     return NodeInfo(
-        name=n.name,
-        state=n.state,
-        reachable=n.reachable,
-        labels={str(k): str(v) for k, v in (n.labels or {}).items()},
-        engines=None if n.engines is None else frozenset(n.engines),
-        memory_mb=n.memory_mb,
-        imex_state=n.imex_state or None,
+        name=n["name"],
+        state=n["state"],
+        reachable=n["reachable"],
+        labels={str(k): str(v) for k, v in (n["labels"] or {}).items()},
+        engines=None if engines is None else frozenset(engines),
+        memory_mb=n["memory_mb"],
+        imex_state=n["imex_state"] or None,
         imex_channels=len(channels) if isinstance(channels, list) else None,
         fabric=fabric,
         gpus=gpus,
     )
 
 
-def gpu_info(g: GPU) -> GpuInfo:
-    peers = g.nvlink_peers
+def card_peers(peers: Any) -> frozenset[int] | None:
+    """A card's stored NVLink peers as the scheduler reads them: the card indices; None when not reported."""
+    return None if peers is None else frozenset(int(p) for p in peers if isinstance(p, int))
+
+
+def card_problems(health: Any) -> tuple[str, ...]:
+    """A card's stored health problems, in words; empty when it has none."""
+    return tuple(str(p) for p in (health or []))
+
+
+def gpu_info(
+    g: Mapping[str, Any],
+    *,
+    peers_of: Callable[[Any], frozenset[int] | None] = card_peers,
+    problems_of: Callable[[Any], tuple[str, ...]] = card_problems,
+) -> GpuInfo:
+    """One card or MIG instance as the scheduler sees it, from its ``GPU_COLUMNS`` as ``values()`` gives them.
+
+    ``peers_of`` and ``problems_of`` read its two JSON columns; ``_nodes``
+    passes them memoized (core.jsonrows.PerValue), since every card of a kind
+    has the same peers and every healthy card the same empty problems.
+    """
+    health = g["health"]
+    parent = g["parent_index"]
+    domain = g["domain_id"]
     return GpuInfo(
-        index=g.index,
-        gpu_class=g.gpu_class,
-        uuid=g.uuid,
-        healthy=not g.health,
-        problems=tuple(str(p) for p in (g.health or [])),
-        numa=g.numa,
-        nvlink_peers=None if peers is None else frozenset(int(p) for p in peers if isinstance(p, int)),
-        parent=g.parent_index,
-        mig_uuid=g.mig_uuid,
-        mig_mode=g.parent_index is None and g.mig_mode.startswith("enabled"),
-        fabric_state=g.fabric_state,
-        fabric_status=g.fabric_status,
-        domain=g.domain.key if g.domain_id else None,
-        degraded=g.fabric_degraded,
+        index=g["index"],
+        gpu_class=g["gpu_class"],
+        uuid=g["uuid"],
+        healthy=not health,
+        problems=problems_of(health),
+        numa=g["numa"],
+        nvlink_peers=peers_of(g["nvlink_peers"]),
+        parent=parent,
+        mig_uuid=g["mig_uuid"],
+        mig_mode=parent is None and g["mig_mode"].startswith("enabled"),
+        fabric_state=g["fabric_state"],
+        fabric_status=g["fabric_status"],
+        domain=None if domain is None else NVLinkDomain.key_of(g["domain__cluster_uuid"], g["domain__clique_id"]),
+        degraded=g["fabric_degraded"],
     )
 
 
@@ -147,9 +206,11 @@ def node_fabrics(report: FabricReport | None = None) -> dict[str, str]:
     A node missing here has no port, or ports on two fabrics, or one whose
     subnet manager could not be read: it takes no multi-node replica over
     InfiniBand, since its peers might be reached through the wrong fabric.
-    The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory).
+    The same analysis the fabrics page and the sweeps read (inventory.fabric_inventory):
+    the ``report`` when the caller made one, else only its answer for each node.
     """
-    report = analyze_inventory() if report is None else report
+    if report is None:
+        return fabric_inventory.node_fabrics()
     out = {}
     for name in report.node_fabrics:
         key = report.fabric_of(name)

@@ -12,10 +12,12 @@ from inventory.fabrics import (
     ERROR_COUNTERS,
     FabricReport,
     PortFacts,
+    PortLink,
     SMChange,
     analyze,
     describe_key,
     fabric_id,
+    node_fabric_keys,
 )
 
 NORTH_SM = "0x248a0703005d1b01"
@@ -480,6 +482,26 @@ def test_any_inventory_gives_a_coherent_report(ports: list[PortFacts], changes: 
     refs = [ref for p in report.physical for ref in p.ports]
     assert len(refs) == len(set(refs)) or len(ports) != len({(p.node, p.hca, p.port) for p in ports})
     json.dumps(report.as_json())
+
+
+@settings(max_examples=300, deadline=None)
+@given(ports=st.lists(_ports, max_size=25))
+def test_the_nodes_fabrics_alone_are_the_whole_analysis_answer(ports: list[PortFacts]) -> None:
+    """Placement reads only what decides a node's fabric: the answer is fabric_of's, node for node."""
+    report = analyze(ports, [], NOW)
+    want = {n: k for n in {p.node for p in ports} if (k := report.fabric_of(n)) is not None}
+    links = [PortLink.of(p) for p in ports]
+    assert node_fabric_keys(links) == want
+    assert node_fabric_keys(links + links[::-1]) == want, "a port read twice changes nothing"
+
+
+def test_the_nodes_fabrics_alone_on_the_stories() -> None:
+    ports = [*node("a"), *node("b", sm_guid=SOUTH_SM), port("b", "mlx5_9"), *node("c", state="1: DOWN")]
+    ports += [port("d", sm_guid="", sm_error="timeout"), port("d", "mlx5_1"), port("e", state=None)]
+    ports += [port("f", link_layer="Ethernet", network="10.0.0.0/24"), port("g", link_layer="Ethernet")]
+    ports += [port("h", sm_guid="0x0"), port("i", "mlx5_0", state="1: DOWN"), port("i", "mlx5_1")]
+    got = node_fabric_keys(PortLink.of(p) for p in ports)
+    assert got == {"a": f"sm:{NORTH_SM}", "e": f"sm:{NORTH_SM}", "f": "roce:10.0.0.0/24", "i": f"sm:{NORTH_SM}"}
 
 
 def test_the_report_digest_keeps_exactly_the_error_counters_the_analysis_reads():
