@@ -442,6 +442,9 @@ class Room:
         cards = {c for c, _ in old.empty_mig_cards} | {c for c, _ in new.empty_mig_cards}
         classes = set(old.stock) | set(new.stock) | {CPU_CLASS}
         classes |= {c for c in self.version if c.split("-mig-", 1)[0] in cards}
+        # A MIG class no node has yet is in no index, only in the cache: its explanation names the
+        # empty cards that could take it once carved, and this node's may have come, gone or gone dark.
+        classes |= {k[1] for k in self._cache if isinstance(k[1], str) and k[1].split("-mig-", 1)[0] in cards}
         for cls in classes:
             self.version[cls] = self.version.get(cls, 0) + 1
             per_pool = self.buckets.get(cls, {})

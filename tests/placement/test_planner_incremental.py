@@ -125,3 +125,26 @@ def test_a_cordoned_node_is_planned_incrementally_and_as_in_full():
     assert p == plan(cordoned)
     later = replace(cordoned, now=NOW + timedelta(seconds=60))
     assert planner.plan(later) == plan(later) and planner.incremental
+
+
+def test_a_node_whose_empty_mig_card_goes_dark_leaves_the_explanation_of_a_class_nobody_has():
+    """Found by the property on a new machine: the explanation of a MIG class no node has carved was kept.
+
+    The room caches each class's explanation; a patched node dropped the cached
+    answers of the classes in its indexes, and a MIG class nobody has carved is
+    in none, so "gpu 0 is in MIG mode with no instances" stayed after the node
+    became unreachable.
+    """
+    from tests.placement.fleet import a100_mig
+
+    m = model("small", profile("mig", gpu_class="a100-80g-mig-3g.40gb", gpus=1), min_replicas=1, max_replicas=1)
+    node = a100_mig("mig-0", empty_mig=[0])
+    planner = Planner()
+    snap = snapshot([node], [m])
+    assert planner.plan(snap) == plan(snap)
+    dark = replace(snap, nodes=(replace(node, reachable=False),))
+    p = planner.plan(dark)
+    assert planner.incremental
+    assert p == plan(dark)
+    back = replace(dark, nodes=(node,))
+    assert planner.plan(back) == plan(back)
