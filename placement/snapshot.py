@@ -25,7 +25,7 @@ from inventory.fabrics import FabricReport
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
 from inventory.reads import flaps
-from placement.models import Demand, Replica
+from placement.models import Demand, Replica, Shard
 from placement.scheduler import GpuInfo, ModelInfo, NodeInfo, ReplicaInfo, ShardInfo, Snapshot
 
 # Demand nobody could satisfy is forgotten after this long.
@@ -285,31 +285,47 @@ def model_info(
 # --- replicas ---------------------------------------------------------------------
 
 
+REPLICA_COLUMNS = (
+    "id",
+    "model__name",
+    "profile_name",
+    "state",
+    "created_at",
+    "profile_fingerprint",
+    "last_used_at",
+    "replaces_id",
+    "ready_at",
+)
+
+
 def _replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
     """Every replica, each with the shards on nodes that are not lost.
 
     A replica with a shard on a lost node is marked stopping by the reconciler
     before the snapshot is taken, so here it holds only what it still holds.
+    Two queries of plain rows, shards by replica and rank: a fleet serving a
+    few thousand replicas spent seconds of each round building them as model
+    instances through prefetch_related.
     """
-    out = []
-    for r in Replica.objects.select_related("model").prefetch_related("shards__node").order_by("id"):
-        shards = tuple(
-            ShardInfo(node=s.node.name, rank=s.rank, gpus=tuple(int(i) for i in s.gpu_indices))
-            for s in sorted(r.shards.all(), key=lambda s: s.rank)
-            if s.node.name in live_nodes
+    shards: dict[str, list[ShardInfo]] = defaultdict(list)
+    rows = Shard.objects.order_by("replica_id", "rank").values_list("replica_id", "node__name", "rank", "gpu_indices")
+    for replica_id, node, rank, gpus in rows:
+        if node in live_nodes:
+            shards[replica_id].append(ShardInfo(node=node, rank=rank, gpus=tuple(int(i) for i in gpus)))
+    return [
+        ReplicaInfo(
+            id=rid,
+            model=model,
+            profile=profile,
+            state=state,
+            shards=tuple(shards.get(rid, ())),
+            created_at=created_at,
+            fingerprint=fingerprint,
+            last_used_at=last_used_at,
+            replaces=replaces,
+            ready_at=ready_at,
         )
-        out.append(
-            ReplicaInfo(
-                id=r.id,
-                model=r.model.name,
-                profile=r.profile_name,
-                state=r.state,
-                shards=shards,
-                created_at=r.created_at,
-                fingerprint=r.profile_fingerprint,
-                last_used_at=r.last_used_at,
-                replaces=r.replaces_id,
-                ready_at=r.ready_at,
-            )
+        for rid, model, profile, state, created_at, fingerprint, last_used_at, replaces, ready_at in (
+            Replica.objects.order_by("id").values_list(*REPLICA_COLUMNS)
         )
-    return out
+    ]

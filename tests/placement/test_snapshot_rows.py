@@ -20,7 +20,9 @@ from django.utils import timezone
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, CardHold, IBPort, Node, NVLinkDomain
 from placement import snapshot
-from placement.scheduler import GpuInfo, NodeInfo
+from placement.models import Replica, Shard
+from placement.scheduler import GpuInfo, NodeInfo, ReplicaInfo, ShardInfo
+from tests.api.fleet import add_model, place
 from tests.placement.dbfleet import fleet
 
 pytestmark = pytest.mark.django_db
@@ -197,3 +199,62 @@ def test_load_takes_as_many_queries_for_twenty_nodes_as_for_two():
     assert Node.objects.count() == 20
     twenty = queries_of_load()
     assert len(twenty) == len(two), "\n".join(twenty)
+
+
+def reference_replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
+    """The replicas as whole rows gave them (model instances, shards prefetched with their nodes)."""
+    out = []
+    for r in Replica.objects.select_related("model").prefetch_related("shards__node").order_by("id"):
+        shards = tuple(
+            ShardInfo(node=s.node.name, rank=s.rank, gpus=tuple(int(i) for i in s.gpu_indices))
+            for s in sorted(r.shards.all(), key=lambda s: s.rank)
+            if s.node.name in live_nodes
+        )
+        out.append(
+            ReplicaInfo(
+                id=r.id,
+                model=r.model.name,
+                profile=r.profile_name,
+                state=r.state,
+                shards=shards,
+                created_at=r.created_at,
+                fingerprint=r.profile_fingerprint,
+                last_used_at=r.last_used_at,
+                replaces=r.replaces_id,
+                ready_at=r.ready_at,
+            )
+        )
+    return out
+
+
+def test_load_gives_the_replicas_the_whole_rows_gave():
+    """One shard and several, ranks stored out of order, a shard on a lost node, a replacement, unknown times."""
+    varied_fleet()
+    model = add_model()
+    now = timezone.now()
+    one = place(model, "hgx-000", [0, 1], last_used_at=now, ready_at=now)
+    place(model, "hgx-001", [3], state="starting")
+    wide = place(model, "nvl72-00-tray-00", [0, 1, 2, 3])
+    for rank, tray in ((2, "nvl72-00-tray-02"), (1, "nvl72-00-tray-01")):
+        Shard.objects.create(replica=wide, node=Node.objects.get(name=tray), rank=rank, gpu_indices=[0, 1, 2, 3])
+    on_lost = place(model, "hgx-002", [0])  # hgx-002 is lost: its shard is not held
+    Shard.objects.create(replica=on_lost, node=Node.objects.get(name="hgx-003"), rank=1, gpu_indices=[4])
+    place(model, "hgx-003", [5], replaces=one, state="pending")
+    loaded = snapshot.load(now)
+    want = reference_replicas(set(loaded.node_ids))
+    assert list(loaded.snapshot.replicas) == want
+    by = {r.id: r for r in want}
+    assert [s.rank for s in by[wide.id].shards] == [0, 1, 2], "ranks in order"
+    assert [s.node for s in by[on_lost.id].shards] == ["hgx-003"], "the lost node's shard left out"
+    assert any(r.replaces == one.id for r in want)
+
+
+def test_load_takes_as_many_queries_for_many_replicas_as_for_one():
+    varied_fleet()
+    model = add_model()
+    place(model, "hgx-000", [0])
+    few = len(queries_of_load())
+    for i in range(12):
+        replica = place(model, "hgx-001", [i % 8])
+        Shard.objects.create(replica=replica, node=Node.objects.get(name="hgx-000"), rank=1, gpu_indices=[i % 8])
+    assert len(queries_of_load()) == few
