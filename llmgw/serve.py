@@ -12,7 +12,7 @@ Steps:
    a child process, which dies with this one.
 5. Start the gateway listener's processes (LLMGW_GATEWAY_WORKERS of them,
    uvicorn; see llmgw.gateway_server for why) on a socket bound here.
-6. Serve the admin listener with uvicorn until SIGINT/SIGTERM, then stop the
+6. Serve the admin listener with daphne until SIGINT/SIGTERM, then stop the
    gateway processes and the worker, and exit.
 """
 
@@ -173,57 +173,25 @@ def announce(cfg: config.Config, written: list) -> None:
 
 
 def run_server(cfg: config.Config) -> None:
-    """uvicorn on the admin listener, in this process, until SIGTERM or SIGINT; then the last heartbeats written.
-
-    uvicorn with httptools and uvloop rather than daphne, as on the gateway
-    listener (llmgw.gateway_server): the admin listener takes every node's
-    heartbeats, and under daphne a heartbeat cost this process 0.72–0.82 ms of
-    CPU at 2,000 nodes, Twisted's HTTP handling most of it; under uvicorn 0.38
-    ms, and the heartbeat p99 fell from 64–209 ms to 4 ms (bench/scale.py).
-    Websockets are served by the ``websockets`` library.
-    """
-    import uvicorn
+    """Daphne on the admin listener, in this process, until a signal stops it; then the last heartbeats written."""
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
 
     from llmgw.asgi import application, stopped
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application,
-            host=cfg.admin_addr.host,
-            port=cfg.admin_addr.port,
-            http="httptools",
-            ws="websockets",
-            loop="uvloop" if _has_uvloop() else "asyncio",
-            # Channels' router takes http and websocket scopes only; start and stop are this function's.
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            server_header=False,
-            # As under daphne: the client is the socket's peer, whatever X-Forwarded-For a request carries.
-            proxy_headers=False,
-            timeout_graceful_shutdown=5,
-        )
-    )
-    # uvicorn hands each signal it caught back to the handler it found once it has stopped. Found
-    # SIGTERM's default, that would end this process before the queued beats are written and the
-    # gateway and worker are stopped; a handler of ours that does nothing lets main() finish instead.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    endpoints = build_endpoint_description_strings(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass  # SIGINT, handed back the same way: the stop was clean
+        Server(
+            application=application,
+            endpoints=endpoints,
+            signal_handlers=True,
+            verbosity=0,
+            server_name="llmgw",
+            application_close_timeout=5,
+        ).run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        # uvicorn has stopped taking requests: the beats it queued are written before this process ends.
+        # Daphne has stopped taking requests: the beats it queued are written before this process ends.
         stopped()
-
-
-def _has_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:  # not on this platform: asyncio's own loop works, only slower
-        return False
-    return True
 
 
 def main(argv: list[str]) -> int:
