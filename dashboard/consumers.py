@@ -159,13 +159,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not held:
             return
         self.last_frame = asyncio.get_running_loop().time()
-        resyncs = [u for u in held if u.get("kind") == live.RESYNC]
         if len(held) == 1:
             frame = held[0]
-        elif resyncs or len(held) > MOST_IN_A_BATCH:
+        elif any(u.get("kind") == live.RESYNC for u in held) or len(held) > MOST_IN_A_BATCH:
             # A publisher's resync stands for all it held; the page fetches everything either way.
-            told = len(held) - len(resyncs) + sum(int((u.get("data") or {}).get("held", 1)) for u in resyncs)
-            frame = messages.resync(told)
+            frame = messages.resync(live.told(held))
         else:
             frame = messages.batch(held)
         await self.send_json(dict(frame))

@@ -170,15 +170,18 @@ def coalesced(held: list[tuple[list[str], Update]]) -> list[tuple[list[str], Upd
             by_group.setdefault(group, []).extend(opened)
     out: list[tuple[list[str], Update]] = []
     for group, updates in by_group.items():
-        resyncs = [u for u in updates if u.get("kind") == RESYNC]
         if len(updates) == 1:
             out.append(([group], updates[0]))
-        elif resyncs or len(updates) > MOST_IN_A_MESSAGE:
-            told = len(updates) - len(resyncs) + sum(int((u.get("data") or {}).get("held", 1)) for u in resyncs)
-            out.append(([group], Update(kind=RESYNC, subject=FLEET, data={"held": told})))
+        elif any(u.get("kind") == RESYNC for u in updates) or len(updates) > MOST_IN_A_MESSAGE:
+            out.append(([group], Update(kind=RESYNC, subject=FLEET, data={"held": told(updates)})))
         else:
             out.append(([group], Update(kind=BATCH, subject=FLEET, data={"updates": updates})))
     return out
+
+
+def told(updates: list[Update]) -> int:
+    """How many changes ``updates`` tell of: one each, and a resync as many as it stands for."""
+    return sum(int((u.get("data") or {}).get("held", 1)) if u.get("kind") == RESYNC else 1 for u in updates)
 
 
 outbox = _Outbox()
