@@ -133,6 +133,10 @@ class TaskRun(models.Model):
     last_ok = models.BooleanField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     runs = models.PositiveBigIntegerField(default=0)
+    # Written by the task itself, in its own transaction (core.continuity): when its work last
+    # committed, and since when it has committed without a gap longer than it can be blind for.
+    last_pass = models.DateTimeField(null=True, blank=True)
+    unbroken_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -67,6 +67,9 @@ class SweepResult:
     # Partitions held past LLMGW_PARTITION_HOLD_S: their nodes still silent are lost from now on.
     partitions_expired: list[str] = field(default_factory=list)
     cordoned: list[str] = field(default_factory=list)
+    # Set when this pass judged no silence, having watched for less than one grace (core.continuity):
+    # the moment from which it will.
+    judging_from: datetime | None = None
 
     @property
     def changed(self) -> bool:
@@ -283,14 +286,26 @@ def sweep(
     lost_after_s: float = LOST_AFTER_S,
     domain_lost_after_s: float = DOMAIN_LOST_AFTER_S,
     rules: LossRules | None = None,
+    watching_since: datetime | None = None,
 ) -> SweepResult:
     """One pass: end partitions that answer or were held past their bound, mark the silent unreachable, record
-    dark domains and partitions, mark the long-silent lost (but not a held partition's), cordon flappers."""
+    dark domains and partitions, mark the long-silent lost (but not a held partition's), cordon flappers.
+
+    ``watching_since`` is when the sweeps began to run without a break longer
+    than the grace (``core.continuity``); None means always. Until one grace
+    has passed since then, this pass ends what answers but judges no silence:
+    the sweep could not see, so neither could the serve processes write the
+    beats they took, and those land within a flush of the database coming
+    back. Silence across the sweep's own blindness is not the node's.
+    """
     rules = rules or LossRules()
     result = SweepResult()
     _close_domains_that_answer(now, result)
     result.partitions_over = partitions.close_those_that_answer(now, rules.share)
     result.partitions_expired = partitions.close_those_held_past(now)
+    if watching_since is not None and now - watching_since < timedelta(seconds=grace_s):
+        result.judging_from = watching_since + timedelta(seconds=grace_s)
+        return result
     silent = _mark_unreachable(now, grace_s, result)
     if silent:
         _record_dark_domains(silent, now, result)

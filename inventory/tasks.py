@@ -7,6 +7,7 @@ import os
 from celery import shared_task
 from django.utils import timezone
 
+from core.continuity import unbroken_since
 from core.locks import exclusive
 from inventory import reachability, signals
 from inventory.loss_settings import loss_rules
@@ -18,25 +19,33 @@ def _seconds(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
-@shared_task(name="inventory.tasks.check_reachability", ignore_result=True)
+REACHABILITY = "inventory.tasks.check_reachability"
+
+
+@shared_task(name=REACHABILITY, ignore_result=True)
 def check_reachability() -> dict:
     """Mark silent nodes unreachable, then lost; safe to run twice, never twice at once.
 
     Nothing is passed in, so a run that finds its nodes already deleted just
     sees fewer nodes.
     """
-    with exclusive("inventory.tasks.check_reachability") as held:
+    with exclusive(REACHABILITY) as held:
         if not held:
             return {"skipped": "another worker holds the lock"}
+        now = timezone.now()
+        grace_s = _seconds("LLMGW_NODE_GRACE_S", reachability.GRACE_S)
         result = reachability.sweep(
-            timezone.now(),
-            grace_s=_seconds("LLMGW_NODE_GRACE_S", reachability.GRACE_S),
+            now,
+            grace_s=grace_s,
+            watching_since=unbroken_since(REACHABILITY, now, grace_s),
             lost_after_s=_seconds("LLMGW_NODE_LOST_AFTER_S", reachability.LOST_AFTER_S),
             domain_lost_after_s=_seconds("LLMGW_DOMAIN_LOST_AFTER_S", reachability.DOMAIN_LOST_AFTER_S),
             rules=loss_rules(),
         )
     if result.changed:
         signals.reachability_changed.send(sender=Node, result=result)
+    if result.judging_from is not None:
+        return {"unreachable": 0, "lost": 0, "judging_from": result.judging_from.isoformat()}
     return {"unreachable": len(result.unreachable), "lost": len(result.lost)}
 
 

@@ -7,8 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.models import TaskRun
 from inventory import reachability
 from inventory.models import GPU, FleetEvent, Node, NVLinkDomain
+from inventory.tasks import REACHABILITY, check_reachability
 from inventory.writes.heartbeats import desk
 
 pytestmark = pytest.mark.django_db
@@ -103,8 +105,55 @@ def test_one_tray_of_a_rack_going_silent_is_not_a_dark_domain():
     assert reachability.sweep(seconds(90), grace_s=20, lost_after_s=60).lost == ["rack-tray-00"]
 
 
-def test_the_task_runs_under_its_lock():
-    from inventory.tasks import check_reachability
+def watched_for(how_long: timedelta) -> None:
+    """The sweeps have run unbroken for ``how_long``, the last of them 5 s ago."""
+    now = timezone.now()
+    TaskRun.objects.update_or_create(
+        name=REACHABILITY,
+        defaults={"last_pass": now - timedelta(seconds=5), "unbroken_since": now - how_long},
+    )
 
+
+def test_the_task_runs_under_its_lock():
     Node.objects.create(name="old", last_seen=T0 - timedelta(hours=1))
+    watched_for(timedelta(hours=1))
     assert check_reachability() == {"unreachable": 1, "lost": 0}
+
+
+@pytest.mark.parametrize("blind_for", [None, 21.0, 3600.0], ids=["never-ran", "a-failover", "an-hour"])
+def test_a_sweep_that_was_blind_judges_no_silence_until_it_has_watched_for_a_grace(monkeypatch, blind_for):
+    """The database fails over for longer than the grace: no sweep runs, no beat is written, and the
+    serve processes hold the beats they took. The first sweep after must not call those nodes silent
+    a second before their beats land; a node that stays silent is judged one grace later."""
+    now = timezone.now()
+    if blind_for is not None:
+        TaskRun.objects.create(
+            name=REACHABILITY,
+            last_pass=now - timedelta(seconds=blind_for),
+            unbroken_since=now - timedelta(hours=2),
+        )
+    Node.objects.create(name="held", last_seen=now - timedelta(seconds=40))
+    Node.objects.create(name="dead", last_seen=now - timedelta(seconds=40))
+    gone = Node.objects.create(name="gone", last_seen=now - timedelta(hours=1), reachable=False)
+    Node.objects.filter(pk=gone.pk).update(unreachable_since=now - timedelta(hours=1))
+    clock = [now]
+    monkeypatch.setattr(timezone, "now", lambda: clock[0])
+
+    answer = check_reachability()
+    assert answer["unreachable"] == answer["lost"] == 0
+    assert answer["judging_from"] == (now + timedelta(seconds=reachability.GRACE_S)).isoformat()
+    assert set(Node.objects.filter(reachable=True).values_list("name", flat=True)) == {"held", "dead"}
+    assert not Node.objects.get(name="gone").lost, "nor is a node long unreachable lost across the blindness"
+
+    # The held beat lands; 5 s later the sweep still waits; once it has watched for a grace it judges.
+    Node.objects.filter(name="held").update(last_seen=now - timedelta(seconds=1))
+    clock[0] = now + timedelta(seconds=5)
+    assert "judging_from" in check_reachability()
+    Node.objects.filter(name="held").update(last_seen=clock[0])
+    for s in (10, 15, 20):
+        clock[0] = now + timedelta(seconds=s)
+        Node.objects.filter(name="held").update(last_seen=clock[0])
+        answer = check_reachability()
+    assert answer == {"unreachable": 1, "lost": 1}
+    assert not Node.objects.get(name="dead").reachable and Node.objects.get(name="held").reachable
+    assert Node.objects.get(name="gone").lost

@@ -7,12 +7,22 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.models import TaskRun
 from inventory import signals
 from inventory.models import Node
-from inventory.tasks import check_reachability
+from inventory.tasks import REACHABILITY, check_reachability
 from tests.livespy import heard
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def watching():
+    """The sweeps have run unbroken for an hour: they judge silence (core.continuity)."""
+    now = timezone.now()
+    TaskRun.objects.create(
+        name=REACHABILITY, last_pass=now - timedelta(seconds=5), unbroken_since=now - timedelta(hours=1)
+    )
 
 
 def test_the_reachability_sweep_tells_of_a_silent_node():
