@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 
 from core import config as llmgw_config
+from llmgw import channel_layers
 
 CONFIG = llmgw_config.load()
 
@@ -133,18 +134,13 @@ LOGIN_URL = "admin:login"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 if CONFIG.redis_url:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CONFIG.redis_url], "capacity": 1000, "expiry": 10},
-        }
-    }
+    CHANNEL_LAYERS = channel_layers.redis_layer(CONFIG.redis_url)
     CELERY_BROKER_URL = CONFIG.redis_url
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 300}
 else:
     # The in-memory layer reaches only this process, which is why the embedded
     # worker runs inside the ASGI process (see llmgw.serve).
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = channel_layers.in_memory_layer()
     _broker = DATA_DIR / "broker"
     for _sub in ("queue", "processed", "control"):
         (_broker / _sub).mkdir(parents=True, exist_ok=True)

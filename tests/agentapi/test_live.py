@@ -12,6 +12,7 @@ from channels.layers import get_channel_layer
 from dashboard import live
 from inventory.models import Node
 from inventory.writes.heartbeats import Flusher, desk
+from llmgw import channel_layers
 from llmgw.bootstrap import issue_join_token
 from tests.agentapi.agenthttp import HEARTBEAT, asgi
 from tests.agentapi.reports import report
@@ -22,7 +23,8 @@ REDIS = "redis://127.0.0.1:6379/14"
 
 
 def redis_layer(url: str) -> dict:
-    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}}
+    """The layer as llmgw.settings builds it, with channels_redis's default capacity of 100 a channel."""
+    return channel_layers.redis_layer(url, capacity=100, expiry=60)
 
 
 def listen(group: str) -> str:
@@ -125,3 +127,28 @@ def test_a_storm_through_redis_reaches_a_page_whole_however_small_its_channel(se
         )
     assert told == [f"n-{k:04d}" for k in range(2700)]
     assert messages <= 8, messages
+
+
+def test_a_page_that_hears_nothing_for_longer_than_the_layers_blocking_read_stays_open(settings):
+    """channels_redis waits on a page's channel with a BRPOP of 5 s; under redis-py 8's default 5 s read
+    timeout that wait raised TimeoutError about half the time, and the console closed the page (4503): a
+    quiet fleet's pages reconnected every few seconds and missed what was sent while they did."""
+    settings.CHANNEL_LAYERS = redis_layer(REDIS)
+    fleet = listen(live.fleet_group())
+    layer = get_channel_layer()
+    assert layer.brpop_timeout < channel_layers.READ_TIMEOUT_S
+
+    async def quiet_then_told() -> dict:
+        import asyncio
+
+        async def tell_later() -> None:
+            await asyncio.sleep(2 * layer.brpop_timeout + 0.5)
+            await layer.group_send(live.fleet_group(), {"type": "live.update", "kind": "node.registered"})
+
+        teller = asyncio.ensure_future(tell_later())
+        try:
+            return await asyncio.wait_for(layer.receive(fleet), 3 * layer.brpop_timeout)
+        finally:
+            teller.cancel()
+
+    assert async_to_sync(quiet_then_told)()["kind"] == "node.registered"
