@@ -149,7 +149,7 @@ def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> 
     }
     settled = partitions.settled_nodes(silent, now)
     held = partitions.held_nodes()
-    groups = {g: members - settled for g, members in partitions.groups(rules.labels, now).items()}
+    groups = {g: members - settled for g, members in partitions.groups(rules.labels).items()}
     found = failure_rules.find_partitions(
         groups,
         {n: t for n, t in silent.items() if n not in settled},

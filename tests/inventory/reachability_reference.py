@@ -1,6 +1,7 @@
 """The reachability sweep's readings as they were before they were rewritten for a fleet gone silent at once.
 
-Kept verbatim (commit ec9eb43, inventory/reachability.py) as the reference
+Kept verbatim (commit ec9eb43, inventory/reachability.py, and
+``inventory.writes.partitions.groups``, which read the whole fabric analysis) as the reference
 that tests/inventory/test_sweep_at_scale.py holds the rewritten ones to: the
 same decisions, whatever the fleet. ``install`` puts them in place of the new
 ones for one run, with ``failure_rules.partitioned``'s old reading (kept
@@ -15,6 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from inventory import failure_rules, reachability
+from inventory.fabric_inventory import analyze_inventory
 from inventory.models import FleetEvent, Node
 from inventory.reachability import SweepResult, _domains_of, _members
 from inventory.writes import node_locks, partitions
@@ -137,8 +139,27 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
     result.lost = [n.name for n in node_locks.once_more_on_deadlock(mark, "marking nodes lost")]
 
 
+def groups(labels, now=None) -> dict[str, set[str]]:
+    """``inventory.writes.partitions.groups``, its fabrics read from the whole fabric analysis."""
+    names = list(Node.objects.values_list("name", "labels"))
+    out: dict[str, set[str]] = {partitions.FLEET: {n for n, _ in names}}
+    report = analyze_inventory(now)
+    for name, _ in names:
+        key = report.fabric_of(name)
+        if key is not None:
+            physical = report.fabric(key)
+            out.setdefault(f"fabric {physical.label if physical else key}", set()).add(name)
+    for label in labels:
+        for name, node_labels in names:
+            value = node_labels.get(label) if isinstance(node_labels, dict) else None
+            if value not in (None, ""):
+                out.setdefault(f"{label}={value}", set()).add(name)
+    return out
+
+
 def install(monkeypatch) -> None:
     """The old readings in place of the new, until the test ends."""
     for name in ("_mark_unreachable", "_record_dark_domains", "_close_domains_that_answer", "_mark_lost"):
         monkeypatch.setattr(reachability, name, globals()[name])
     monkeypatch.setattr(failure_rules, "partitioned", quadratic_partitioned)
+    monkeypatch.setattr(partitions, "groups", groups)

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from core.models import AuditEntry, Finding
 from inventory import reachability
-from inventory.models import GPU, FleetEvent, Node, NVLinkDomain
+from inventory.models import GPU, FleetEvent, IBPort, Node, NVLinkDomain
 from tests.inventory import reachability_reference
 
 pytestmark = pytest.mark.django_db
@@ -46,8 +46,29 @@ def build(domains: int, hgx: int, rack: int = 4) -> list[str]:
             )
             names.append(node.name)
     for i in range(hgx):
-        names.append(Node.objects.create(name=f"hgx{i:03d}", last_seen=now, labels={"rack": f"r{i // rack}"}).name)
+        node = Node.objects.create(name=f"hgx{i:03d}", last_seen=now, labels={"rack": f"r{i // rack}"})
+        IBPort.objects.bulk_create(IBPort(node=node, hca=f"mlx5_{h}", port=1, **fabric_of_port(i, h)) for h in range(2))
+        names.append(node.name)
     return names
+
+
+def fabric_of_port(i: int, hca: int) -> dict:
+    """Two named fabrics, the first nine plain nodes on ``north``, the rest on ``south``.
+
+    Among them a node on both (in neither's group), one with a port down, one
+    whose SM could not be read (in none), an unnamed port at another LID.
+    """
+    sm, name = ("0x248a0703005d1b01", "north") if i < 9 else ("0x248a0703005d2c02", "south")
+    port = {"state": "4: ACTIVE", "link_layer": "InfiniBand", "sm_guid": sm, "sm_lid": 1, "fabric": name}
+    if i == 2 and hca == 1:
+        port.update(sm_guid="0x248a0703005d2c02", fabric="south")
+    if i == 5 and hca == 1:
+        port.update(state="1: DOWN")
+    if i == 7:
+        port.update(sm_guid="", sm_error="timeout")
+    if i == 10 and hca == 0:
+        port.update(fabric="", sm_lid=7)
+    return port
 
 
 def scripted(names: list[str], seed: int, steps: int) -> list[set[str]]:
