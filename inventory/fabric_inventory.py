@@ -10,10 +10,20 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db.models import Count
 from django.utils import timezone
 
 from core.jsonrows import values_decoded_once
-from inventory.fabrics import FabricReport, PortFacts, PortLink, SMChange, analyze, node_fabric_keys
+from inventory.fabrics import (
+    FabricReport,
+    PortFacts,
+    PortLink,
+    PortName,
+    SMChange,
+    analyze,
+    node_fabric_keys,
+    node_fabric_labels,
+)
 from inventory.models import IBPort, SubnetManagerChange
 
 # The SM history the analysis looks at: its flapping window is an hour and a
@@ -103,3 +113,22 @@ def node_fabrics() -> dict[str, str]:
     """
     rows = IBPort.objects.order_by().values_list("node__name", "state", "link_layer", "network", "sm_guid").distinct()
     return node_fabric_keys(PortLink._make(row) for row in rows)
+
+
+def node_fabric_names() -> dict[str, str]:
+    """Node name → the label of the one physical fabric its live ports are on, as ``analyze_inventory`` names it.
+
+    One query of the columns that decide and name it, a node's alike ports
+    one row with their count: what the reachability sweep groups silent
+    nodes by, where the whole analysis was half of its first pass after
+    10,000 nodes fell silent (1.7 of 3.1 s CPU).
+    """
+    rows = (
+        IBPort.objects.order_by()
+        .values_list("node__name", "state", "link_layer", "network", "sm_guid", "fabric", "sm_lid")
+        .annotate(ports=Count("pk"))
+    )
+    return node_fabric_labels(
+        PortName(node, _blank(state), _blank(layer), _blank(network), _blank(sm), _blank(declared), lid, ports)
+        for node, state, layer, network, sm, declared, lid, ports in rows
+    )

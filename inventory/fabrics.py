@@ -705,6 +705,71 @@ def node_fabric_keys(links: Iterable[PortLink]) -> dict[str, str]:
     }
 
 
+class PortName(NamedTuple):
+    """What names the physical fabric a port is on, beside what decides which it is (:class:`PortLink`).
+
+    ``declared`` is the fabric name its node gave it, ``sm_lid`` the LID it
+    reaches the SM at; ``ports`` how many of the node's ports share all of
+    this (a reading that groups them says so; one port each by default).
+    """
+
+    node: str
+    state: str | None
+    link_layer: str | None
+    network: str | None
+    sm_guid: str | None
+    declared: str | None
+    sm_lid: int | None
+    ports: int = 1
+
+    @classmethod
+    def of(cls, p: PortFacts) -> PortName:
+        return cls(p.node, p.state, p.link_layer, p.network, p.sm_guid, p.declared_fabric, p.sm_lid)
+
+
+def node_fabric_labels(rows: Iterable[PortName]) -> dict[str, str]:
+    """Node → the label of the one physical fabric its live ports are all on, for each node that has one.
+
+    ``analyze(ports).fabric(analyze(ports).fabric_of(node)).label`` for every
+    such node, without the rest of the analysis: what the reachability sweep
+    groups silent nodes by (a partition of ``fabric <label>``), where the
+    whole analysis was half its CPU after a fleet-wide silence. The label is
+    made as the analysis makes it: the names declared on the fabric by the
+    most nodes first, else its SM at the LID most of its ports reach it at.
+    """
+    rows = list(rows)
+    keys = node_fabric_keys(PortLink(r.node, r.state, r.link_layer, r.network, r.sm_guid) for r in rows)
+    names: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    lids: dict[str, Counter] = {}  # every fabric with a live port, with the LIDs its ports reach the SM at
+    for r in rows:
+        live, key = _live_and_key(r.state, r.link_layer, r.network, r.sm_guid)
+        if not live or key is None:
+            continue
+        counts = lids.setdefault(key, Counter())
+        if declared := _text(r.declared):
+            names[key][declared].add(r.node)
+        if r.sm_lid is not None:
+            counts[r.sm_lid] += r.ports
+    physical = []
+    for key, counts in lids.items():
+        named = {name: len(nodes) for name, nodes in names[key].items()}
+        roce = key.startswith("roce:")
+        physical.append(
+            PhysicalFabric(
+                key=key,
+                label="",
+                kind="roce" if roce else "infiniband",
+                declared=[n for n, _ in sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))],
+                nodes=[],
+                ports=[],
+                sm_lid=_most_common(counts),
+            )
+        )
+    _label(physical)
+    label = {ph.key: ph.label for ph in physical}
+    return {node: label[key] for node, key in keys.items()}
+
+
 def _split_nodes(
     node_fabrics: dict[str, list[str]], by_key: dict[str, PhysicalFabric], ports: list[_Port]
 ) -> list[Problem]:

@@ -38,24 +38,6 @@ class Partition:
     started_at: datetime
 
 
-def silent_share(members: Iterable[str], silent_since: Mapping[str, datetime], start: datetime) -> tuple[int, int]:
-    """(went silent at or after ``start``, were reachable at ``start``) among ``members``.
-
-    A node in ``silent_since`` has been silent since that time; one not in it
-    is answering now. A node silent since before ``start`` was not reachable
-    then and counts in neither.
-    """
-    went = reachable = 0
-    for name in members:
-        since = silent_since.get(name)
-        if since is None:
-            reachable += 1
-        elif since >= start:
-            went += 1
-            reachable += 1
-    return went, reachable
-
-
 def partitioned(
     members: Iterable[str],
     silent_since: Mapping[str, datetime],
@@ -68,24 +50,39 @@ def partitioned(
 
     Every window that starts at a node's silence is tried (a window starting
     anywhere else holds no more silences and at least as many reachable
-    nodes). None when no window passes the share, or when fewer than
-    ``min_nodes`` went silent: one machine of a two-machine rack dying is
-    a failure, not a partition.
+    nodes); of those that pass, the one holding the most silences, the
+    earliest among equals. None when no window passes the share, or when
+    fewer than ``min_nodes`` went silent: one machine of a two-machine rack
+    dying is a failure, not a partition.
+
+    One pass over the silences in time order, the window's end moving with
+    its start: O(n log n) in the group's size. (Counting each window's nodes
+    afresh was O(n²): 10,000 nodes silent together cost the sweep a minute.)
     """
     members = set(members)
     window = timedelta(seconds=window_s)
-    best: tuple[str, ...] | None = None
-    starts = sorted({silent_since[n] for n in members if n in silent_since})
-    for start in starts:
-        went_names = tuple(
-            sorted(n for n in members if n in silent_since and start <= silent_since[n] <= start + window)
-        )
-        _, reachable = silent_share(members, silent_since, start)
-        if len(went_names) < max(1, min_nodes) or reachable == 0:
-            continue
-        if len(went_names) / reachable > share and (best is None or len(went_names) > len(best)):
-            best = went_names
-    return best
+    times = sorted(silent_since[n] for n in members if n in silent_since)
+    answering = len(members) - len(times)
+    need = max(1, min_nodes)
+    best_start: datetime | None = None
+    best = 0
+    first = end = 0
+    while first < len(times):
+        start = times[first]
+        # ``first`` is the first silence at ``start``: those from here on were reachable at ``start``.
+        end = max(end, first)
+        while end < len(times) and times[end] <= start + window:
+            end += 1
+        went, reachable = end - first, answering + len(times) - first
+        if went >= need and reachable and went / reachable > share and went > best:
+            best_start, best = start, went
+        while first < len(times) and times[first] == start:
+            first += 1
+    if best_start is None:
+        return None
+    return tuple(
+        sorted(n for n in members if n in silent_since and best_start <= silent_since[n] <= best_start + window)
+    )
 
 
 def find_partitions(

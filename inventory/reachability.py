@@ -102,37 +102,39 @@ def _members(domain_ids) -> dict[int, set[int]]:
     return out
 
 
-def _mark_unreachable(now: datetime, grace_s: float, result: SweepResult) -> list[Node]:
-    """The nodes silent past ``grace``, locked in id order and read under the lock, marked unreachable.
+def _mark_unreachable(now: datetime, grace_s: float, result: SweepResult) -> list[tuple[int, str]]:
+    """The nodes silent past ``grace``, locked in id order and read under the lock, marked unreachable: (pk, name).
 
     Locked first (inventory/writes/node_locks.py) so that this and the
     heartbeat flusher never hold halves of each other's rows; read under the
     lock so that a node whose beat was written while this waited is not
-    marked silent on what was there before.
+    marked silent on what was there before. Only their ids and names are
+    read: a whole Node decodes a dozen JSON columns, which for a fleet gone
+    silent at once was seconds of the sweep's CPU.
     """
 
-    def mark() -> list[Node]:
+    def mark() -> list[tuple[int, str]]:
         with transaction.atomic():
             silent = list(
                 node_locks.locked(
                     Node.objects.filter(reachable=True).filter(
                         Q(last_seen__lt=now - timedelta(seconds=grace_s)) | Q(last_seen__isnull=True)
                     )
-                )
+                ).values_list("pk", "name")
             )
             if silent:
-                Node.objects.filter(pk__in=[n.pk for n in silent]).update(reachable=False, unreachable_since=now)
+                Node.objects.filter(pk__in=[pk for pk, _ in silent]).update(reachable=False, unreachable_since=now)
                 # One row per silence: what flaps are counted from.
                 FleetEvent.objects.bulk_create(
                     [
-                        FleetEvent(kind=FleetEvent.Kind.NODE_UNREACHABLE, node=n, subject=n.name, started_at=now)
-                        for n in silent
+                        FleetEvent(kind=FleetEvent.Kind.NODE_UNREACHABLE, node_id=pk, subject=name, started_at=now)
+                        for pk, name in silent
                     ]
                 )
         return silent
 
     silent = node_locks.once_more_on_deadlock(mark, "marking nodes unreachable")
-    result.unreachable = [n.name for n in silent]
+    result.unreachable = [name for _, name in silent]
     return silent
 
 
@@ -147,7 +149,7 @@ def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> 
     }
     settled = partitions.settled_nodes(silent, now)
     held = partitions.held_nodes()
-    groups = {g: members - settled for g, members in partitions.groups(rules.labels, now).items()}
+    groups = {g: members - settled for g, members in partitions.groups(rules.labels).items()}
     found = failure_rules.find_partitions(
         groups,
         {n: t for n, t in silent.items() if n not in settled},
@@ -163,8 +165,12 @@ def _record_partitions(now: datetime, rules: LossRules, result: SweepResult) -> 
         result.partitions.append(p.group)
 
 
-def _record_dark_domains(silent: list[Node], now: datetime, result: SweepResult) -> None:
-    by_node = _domains_of([n.pk for n in silent])
+def _record_dark_domains(silent: list[tuple[int, str]], now: datetime, result: SweepResult) -> None:
+    """Domains of the nodes just gone silent of which no member answers (two or more of them) open an event each.
+
+    Written together: the queries are the same for one domain or a hundred.
+    """
+    by_node = _domains_of([pk for pk, _ in silent])
     domains = {d for ds in by_node.values() for d in ds}
     if not domains:
         return
@@ -179,38 +185,51 @@ def _record_dark_domains(silent: list[Node], now: datetime, result: SweepResult)
             kind=FleetEvent.Kind.DOMAIN_DARK, ended_at__isnull=True, domain_id__in=domains
         ).values_list("domain_id", flat=True)
     )
-    for domain_id in sorted(domains - already):
-        nodes = members.get(domain_id, set())
-        if len(nodes) >= 2 and not nodes & reachable:
-            event = FleetEvent.objects.create(
-                kind=FleetEvent.Kind.DOMAIN_DARK,
-                domain_id=domain_id,
-                subject=str(domain_id),
-                started_at=now,
-                detail={"nodes": sorted(nodes)},
-            )
-            result.domains_dark.append(event.subject)
+    dark = [
+        FleetEvent(
+            kind=FleetEvent.Kind.DOMAIN_DARK,
+            domain_id=domain_id,
+            subject=str(domain_id),
+            started_at=now,
+            detail={"nodes": sorted(members[domain_id])},
+        )
+        for domain_id in sorted(domains - already)
+        if len(members.get(domain_id, ())) >= 2 and not members[domain_id] & reachable
+    ]
+    FleetEvent.objects.bulk_create(dark)
+    result.domains_dark += [event.subject for event in dark]
 
 
 def _close_domains_that_answer(now: datetime, result: SweepResult) -> None:
-    open_events = list(FleetEvent.objects.filter(kind=FleetEvent.Kind.DOMAIN_DARK, ended_at__isnull=True))
+    """Dark domains of which a member answers again end, together: three queries however many there are."""
+    open_events = list(
+        FleetEvent.objects.filter(kind=FleetEvent.Kind.DOMAIN_DARK, ended_at__isnull=True).values_list(
+            "pk", "domain_id", "subject"
+        )
+    )
     if not open_events:
         return
-    members = _members([e.domain_id for e in open_events])
-    for event in open_events:
-        nodes = members.get(event.domain_id, set())
-        if Node.objects.filter(pk__in=nodes, reachable=True).exists():
-            event.ended_at = now
-            event.save(update_fields=["ended_at"])
-            result.domains_back.append(event.subject)
+    members = _members([domain_id for _, domain_id, _ in open_events])
+    answering = set(
+        Node.objects.filter(pk__in={n for m in members.values() for n in m}, reachable=True).values_list(
+            "pk", flat=True
+        )
+    )
+    back = [(pk, subject) for pk, domain_id, subject in open_events if members.get(domain_id, set()) & answering]
+    if back:
+        FleetEvent.objects.filter(pk__in=[pk for pk, _ in back]).update(ended_at=now)
+        result.domains_back += [subject for _, subject in back]
 
 
 def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, result: SweepResult) -> None:
     held = partitions.held_nodes()
+    # Ids, names and times only: every silent node is read at every sweep while the silence lasts.
     candidates = [
-        n
-        for n in Node.objects.filter(reachable=False, lost=False, unreachable_since__isnull=False)
-        if n.name not in held
+        (pk, name, since)
+        for pk, name, since in Node.objects.filter(
+            reachable=False, lost=False, unreachable_since__isnull=False
+        ).values_list("pk", "name", "unreachable_since")
+        if name not in held
     ]
     if not candidates:
         return
@@ -219,30 +238,35 @@ def _mark_lost(now: datetime, lost_after_s: float, domain_lost_after_s: float, r
             "domain_id", flat=True
         )
     )
-    by_node = _domains_of([n.pk for n in candidates])
+    by_node = _domains_of([pk for pk, _, _ in candidates])
     lost = []
-    for node in candidates:
-        patience = domain_lost_after_s if by_node.get(node.pk, set()) & dark else lost_after_s
-        if now - node.unreachable_since >= timedelta(seconds=patience):
-            lost.append(node)
+    for pk, _, since in candidates:
+        patience = domain_lost_after_s if by_node.get(pk, set()) & dark else lost_after_s
+        if now - since >= timedelta(seconds=patience):
+            lost.append(pk)
     if not lost:
         return
 
-    def mark() -> list[Node]:
+    def mark() -> list[tuple[int, str]]:
         # Locked in id order and read again under the lock, like the silent above: a node that beat
         # while this was deciding is reachable now, and stays so.
         with transaction.atomic():
             still = list(
-                node_locks.locked(Node.objects.filter(pk__in=[n.pk for n in lost], reachable=False, lost=False))
+                node_locks.locked(Node.objects.filter(pk__in=lost, reachable=False, lost=False)).values_list(
+                    "pk", "name"
+                )
             )
             if still:
-                Node.objects.filter(pk__in=[n.pk for n in still]).update(lost=True)
+                Node.objects.filter(pk__in=[pk for pk, _ in still]).update(lost=True)
                 FleetEvent.objects.bulk_create(
-                    [FleetEvent(kind=FleetEvent.Kind.NODE_LOST, node=n, subject=n.name, started_at=now) for n in still]
+                    [
+                        FleetEvent(kind=FleetEvent.Kind.NODE_LOST, node_id=pk, subject=name, started_at=now)
+                        for pk, name in still
+                    ]
                 )
         return still
 
-    result.lost = [n.name for n in node_locks.once_more_on_deadlock(mark, "marking nodes lost")]
+    result.lost = [name for _, name in node_locks.once_more_on_deadlock(mark, "marking nodes lost")]
 
 
 def _cordon_flappers(now: datetime, rules: LossRules, result: SweepResult) -> None:

@@ -16,7 +16,7 @@ from django.db import transaction
 
 from core.models import AuditEntry, Finding, Severity
 from inventory import failure_rules
-from inventory.fabric_inventory import analyze_inventory
+from inventory.fabric_inventory import node_fabric_names
 from inventory.models import FleetEvent, Node
 from inventory.reads.partitions import describe, open_partitions
 
@@ -26,16 +26,16 @@ FLEET = "the fleet"
 REMEMBER_ENDED = timedelta(days=1)
 
 
-def groups(labels: Iterable[str], now: datetime) -> dict[str, set[str]]:
+def groups(labels: Iterable[str]) -> dict[str, set[str]]:
     """Every group that can be cut off together, widest first: the fleet, each InfiniBand fabric, each label value."""
     names = list(Node.objects.values_list("name", "labels"))
     out: dict[str, set[str]] = {FLEET: {n for n, _ in names}}
-    report = analyze_inventory(now)
+    # Each node's fabric by the label the fabric analysis gives it, without the rest of the analysis.
+    fabrics = node_fabric_names()
     for name, _ in names:
-        key = report.fabric_of(name)
-        if key is not None:
-            physical = report.fabric(key)
-            out.setdefault(f"fabric {physical.label if physical else key}", set()).add(name)
+        label = fabrics.get(name)
+        if label is not None:
+            out.setdefault(f"fabric {label}", set()).add(name)
     for label in labels:
         for name, node_labels in names:
             value = node_labels.get(label) if isinstance(node_labels, dict) else None

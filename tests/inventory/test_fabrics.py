@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from inventory.fabrics import (
@@ -13,11 +14,13 @@ from inventory.fabrics import (
     FabricReport,
     PortFacts,
     PortLink,
+    PortName,
     SMChange,
     analyze,
     describe_key,
     fabric_id,
     node_fabric_keys,
+    node_fabric_labels,
 )
 
 NORTH_SM = "0x248a0703005d1b01"
@@ -493,6 +496,21 @@ def test_the_nodes_fabrics_alone_are_the_whole_analysis_answer(ports: list[PortF
     links = [PortLink.of(p) for p in ports]
     assert node_fabric_keys(links) == want
     assert node_fabric_keys(links + links[::-1]) == want, "a port read twice changes nothing"
+
+
+@settings(max_examples=300, deadline=None)
+@given(ports=st.lists(_ports, max_size=25))
+# Unnamed, so labelled by its SM at the LID most ports reach it at: 1 (a's two), though as many nodes do at 7.
+@example(ports=[*node("a", 2, declared_fabric=None), port("b", sm_lid=7, declared_fabric=None)])
+def test_the_nodes_fabric_labels_alone_are_the_whole_analysis_answer(ports: list[PortFacts]) -> None:
+    """The reachability sweep reads only what names a node's fabric: the label is the analysis', node for node."""
+    report = analyze(ports, [], NOW)
+    want = {n: report.fabric(k).label for n in {p.node for p in ports} if (k := report.fabric_of(n)) is not None}
+    rows = [PortName.of(p) for p in ports]
+    assert node_fabric_labels(rows) == want
+    # As the database reads them: alike ports of a node as one row, with how many they are.
+    grouped = Counter(rows)
+    assert node_fabric_labels([row._replace(ports=n) for row, n in grouped.items()]) == want
 
 
 def test_the_nodes_fabrics_alone_on_the_stories() -> None:

@@ -89,6 +89,48 @@ def test_a_group_is_partitioned_exactly_when_more_than_the_share_went_silent_in_
         assert max(span) - min(span) <= timedelta(seconds=window_s)
 
 
+def quadratic_partitioned(members, silent_since, *, share, window_s, min_nodes):
+    """``failure_rules.partitioned`` as it was before it became one pass (each window counted afresh): the reference."""
+    members = set(members)
+    window = timedelta(seconds=window_s)
+    best = None
+    for start in sorted({silent_since[n] for n in members if n in silent_since}):
+        went_names = tuple(
+            sorted(n for n in members if n in silent_since and start <= silent_since[n] <= start + window)
+        )
+        reachable = sum(1 for n in members if n not in silent_since or silent_since[n] >= start)
+        if len(went_names) < max(1, min_nodes) or reachable == 0:
+            continue
+        if len(went_names) / reachable > share and (best is None or len(went_names) > len(best)):
+            best = went_names
+    return best
+
+
+# Silences bunched on few seconds (ties between windows, many nodes at one instant) and spread out.
+silence_times = st.one_of(st.integers(0, 5), st.integers(0, 300), st.sampled_from([0, 30, 60, 61, 120, 121]))
+groups_of_silences = st.integers(1, 40).flatmap(
+    lambda n: st.tuples(st.just(n), st.lists(st.one_of(st.none(), silence_times), min_size=n, max_size=n))
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    fleet=groups_of_silences,
+    share=st.sampled_from([0.0, 0.25, 0.4, 0.5, 0.75, 0.99, 1.0]),
+    window_s=st.sampled_from([0, 1, 10, 30, 60, 120, 0.5]),
+    min_nodes=st.integers(0, 4),
+)
+@example(fleet=(4, [0, 0, 60, 60]), share=0.25, window_s=30, min_nodes=1)
+def test_a_partition_is_the_same_nodes_the_quadratic_reading_found(fleet, share, window_s, min_nodes):
+    """The one-pass reading names exactly the nodes the old one did: the widest window, the earliest among equals."""
+    n, silent = fleet
+    members = {f"n{i}" for i in range(n)}
+    # A few silent nodes outside the group, which neither reading may count.
+    silences = {f"n{i}": at(s) for i, s in enumerate(silent) if s is not None} | {"elsewhere": at(1)}
+    kwargs = {"share": share, "window_s": window_s, "min_nodes": min_nodes}
+    assert rules.partitioned(members, silences, **kwargs) == quadratic_partitioned(members, silences, **kwargs)
+
+
 def test_forty_percent_of_a_fleet_is_not_a_partition_of_it_but_all_of_one_rack_is():
     fleet = {f"n{i}" for i in range(10)}
     rack = {"n0", "n1", "n2", "n3"}
