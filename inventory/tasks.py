@@ -23,11 +23,14 @@ REACHABILITY = "inventory.tasks.check_reachability"
 
 
 @shared_task(name=REACHABILITY, ignore_result=True)
-def check_reachability() -> dict:
+def check_reachability(every_s: float = 5.0) -> dict:
     """Mark silent nodes unreachable, then lost; safe to run twice, never twice at once.
 
-    Nothing is passed in, so a run that finds its nodes already deleted just
-    sees fewer nodes.
+    Nothing about nodes is passed in, so a run that finds its nodes already
+    deleted just sees fewer nodes. ``every_s`` is the beat's period for it
+    (llmgw.celery): a break in the sweeps' runs is one longer than the grace
+    and than two periods, so a grace set shorter than the period does not
+    make every ordinary pass look like one after a break (core.continuity).
     """
     with exclusive(REACHABILITY) as held:
         if not held:
@@ -37,7 +40,7 @@ def check_reachability() -> dict:
         result = reachability.sweep(
             now,
             grace_s=grace_s,
-            watching_since=unbroken_since(REACHABILITY, now, grace_s),
+            watching_since=unbroken_since(REACHABILITY, now, max(grace_s, 2 * every_s)),
             lost_after_s=_seconds("LLMGW_NODE_LOST_AFTER_S", reachability.LOST_AFTER_S),
             domain_lost_after_s=_seconds("LLMGW_DOMAIN_LOST_AFTER_S", reachability.DOMAIN_LOST_AFTER_S),
             rules=loss_rules(),

@@ -35,12 +35,18 @@ PERIODIC: dict[str, tuple[str, float]] = {
 }
 
 
+TOLD_THEIR_PERIOD = frozenset({"reachability"})
+"""Tasks handed their own period (``every_s``): the sweep tells a break in its runs from its ordinary pace by it."""
+
+
 def beat_schedule(env: dict[str, str] | None = None) -> dict[str, dict]:
     env = dict(os.environ if env is None else env)
     schedule = {}
     for name, (task, default) in PERIODIC.items():
         every = float(env.get(f"LLMGW_EVERY_{name.upper()}", default))
         schedule[name] = {"task": task, "schedule": every, "options": {"expires": max(1.0, every * 0.9)}}
+        if name in TOLD_THEIR_PERIOD:
+            schedule[name]["kwargs"] = {"every_s": every}
     return schedule
 
 

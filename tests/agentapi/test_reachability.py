@@ -157,3 +157,28 @@ def test_a_sweep_that_was_blind_judges_no_silence_until_it_has_watched_for_a_gra
     assert answer == {"unreachable": 1, "lost": 1}
     assert not Node.objects.get(name="dead").reachable and Node.objects.get(name="held").reachable
     assert Node.objects.get(name="gone").lost
+
+
+def test_a_grace_shorter_than_the_sweeps_period_still_lets_the_sweep_judge(monkeypatch):
+    """LLMGW_NODE_GRACE_S=4 with a sweep every 5 s: each ordinary pass comes more than a grace after the last,
+    and must not count as a break (or no node would ever be marked); a break of three periods still does."""
+    monkeypatch.setenv("LLMGW_NODE_GRACE_S", "4")
+    now = timezone.now()
+    clock = [now]
+    monkeypatch.setattr(timezone, "now", lambda: clock[0])
+    Node.objects.create(name="quiet", last_seen=now - timedelta(seconds=60))
+    assert "judging_from" in check_reachability(every_s=5.0), "a first start waits one grace"
+    clock[0] = now + timedelta(seconds=5)
+    assert check_reachability(every_s=5.0) == {"unreachable": 1, "lost": 0}
+    Node.objects.create(name="later", last_seen=now)
+    clock[0] = now + timedelta(seconds=20)
+    assert "judging_from" in check_reachability(every_s=5.0), "15 s without a pass is a break"
+    clock[0] = now + timedelta(seconds=25)
+    assert check_reachability(every_s=5.0)["unreachable"] == 1
+
+
+def test_the_beat_hands_the_sweep_its_period():
+    from llmgw.celery import beat_schedule
+
+    entry = beat_schedule({"LLMGW_EVERY_REACHABILITY": "2"})["reachability"]
+    assert entry["kwargs"] == {"every_s": 2.0} and entry["schedule"] == 2.0
