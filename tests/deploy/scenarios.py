@@ -796,6 +796,21 @@ def host_killed(fleet: Fleet, watch_s: float = 30) -> tuple[Figures, dict]:
         mark = routed.read_text().count("llmgw_gateway/ctl2 ")
         wait_until(lambda: healthy(dead.gateway), 120, "the restarted host's gateway", 0.5)
         wait_until(lambda: routed.read_text().count("llmgw_gateway/ctl2 ") > mark, 60, "ctl2 routed to again", 0.5)
+        # Each periodic task's runs are judged from a period before the kill, and the kill comes `ahead`
+        # seconds from here at the soonest: on a quick machine the restart above takes a few seconds, and a
+        # task with a longer period may not have started since the recording began (the stop-26 CI run: the
+        # tick's first start 5.4 s before the kill). Wait here, not before the kill: the streams must still
+        # be in flight when it comes.
+        ahead = DEAD_HOST_LEASE_S + 2 * REAP_EVERY_S
+
+        def each_task_ran_a_period_before_the_kill() -> bool:
+            now, starts = time.time(), task_starts(cluster)
+            return all(
+                any(recorded_from <= t <= now + ahead - period - 1 for t in starts.get(task, []))
+                for task, period in PERIODIC_CHECKED.items()
+            )
+
+        wait_until(each_task_ran_a_period_before_the_kill, 60, "each periodic task run a period before the kill", 0.5)
         streams = SlowStreams(fleet.extra["slow"], [dead.gateway] * 4 + [cluster.hosts[0].gateway] * 2)
         wait_until(lambda: len(leases(cluster)) == 2 and all(leases(cluster).values()), 30, "both hosts' leases")
         held = {o: m for o, m in leases(cluster).items() if owned_by(dead.procs, o)}
