@@ -570,7 +570,7 @@ def main() -> int:
     parser.add_argument("--heartbeat", type=float, default=5.0)
     parser.add_argument("--report", type=float, default=60.0)
     parser.add_argument("--connections", type=int, default=32, help="sockets the heartbeats use")
-    # The PostgreSQL here is shared: each concurrent registration holds a connection in daphne's thread pool.
+    # The PostgreSQL here is shared: each concurrent registration holds a connection in the server's thread pool.
     parser.add_argument("--register-connections", type=int, default=6)
     parser.add_argument("--requests", type=int, default=10, help="timed requests per read path")
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")

@@ -2,7 +2,7 @@
 
 ``llmgw serve`` binds the gateway's socket itself, then starts
 LLMGW_GATEWAY_WORKERS of these processes on it (the kernel hands each new
-connection to one of them) while daphne serves the admin listener. Why a
+connection to one of them) while the serve process serves the admin listener. Why a
 server of its own and processes of their own, measured with
 ``bench/gateway.py`` (docs/architecture.md has the figures):
 
@@ -13,7 +13,7 @@ server of its own and processes of their own, measured with
 - a heartbeat storm on the admin listener cannot slow inference down, nor a
   burst of inference the heartbeats: each has its own processes and event
   loop, and the gateway scales past one core with more workers;
-- the gateway needs nothing that only the daphne process has: keys, budgets,
+- the gateway needs nothing that only the serve process has: keys, budgets,
   rate limits and usage are all in the database (or Redis), so any number of
   its processes agree.
 

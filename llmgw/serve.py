@@ -12,7 +12,7 @@ Steps:
    a child process, which dies with this one.
 5. Start the gateway listener's processes (LLMGW_GATEWAY_WORKERS of them,
    uvicorn; see llmgw.gateway_server for why) on a socket bound here.
-6. Serve the admin listener with daphne until SIGINT/SIGTERM, then stop the
+6. Serve the admin listener with uvicorn until SIGINT/SIGTERM, then stop the
    gateway processes and the worker, and exit.
 """
 
@@ -173,24 +173,58 @@ def announce(cfg: config.Config, written: list) -> None:
 
 
 def run_server(cfg: config.Config) -> None:
-    """Daphne on the admin listener, in this process, until a signal stops it; then the last heartbeats written."""
-    from daphne.endpoints import build_endpoint_description_strings
-    from daphne.server import Server
+    """uvicorn on the admin listener, in this process, until SIGTERM or SIGINT; then the last heartbeats written.
+
+    uvicorn with httptools rather than daphne, as on the gateway listener
+    (llmgw.gateway_server): the admin listener takes every node's heartbeats,
+    and under daphne a heartbeat cost this process 0.79 ms of CPU at 2,000
+    nodes, Twisted's HTTP handling most of it; under uvicorn 0.29 ms, and the
+    heartbeat p99 fell from 81 to 3.8 ms (bench/scale.py). Websockets are
+    served by the ``websockets`` library's sans-I/O protocol.
+
+    The loop is asyncio's own, not uvloop (which the gateway's processes use):
+    the live pages' channel layer is channels_redis, whose receive holds a
+    per-process lock while it waits in a blocking read on Redis. When Redis
+    came back after an outage, channels cancelled a page's receive that had
+    hit a dead pooled connection, and under uvloop that cancelled read never
+    finished: the lock stayed held and every page of the process went deaf
+    (tests/deploy/test_multihost.py::test_redis_stopped_under_load failed 2 of
+    3 runs). Under asyncio's loop the read ends on the cancel and it passed
+    every run; the heartbeats lose nothing measurable by it.
+    """
+    import uvicorn
 
     from llmgw.asgi import application, stopped
 
-    endpoints = build_endpoint_description_strings(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application,
+            host=cfg.admin_addr.host,
+            port=cfg.admin_addr.port,
+            http="httptools",
+            ws="websockets-sansio",
+            loop="asyncio",  # not uvloop: see above
+            # Channels' router takes http and websocket scopes only; start and stop are this function's.
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            server_header=False,
+            # As under daphne: the client is the socket's peer, whatever X-Forwarded-For a request carries.
+            proxy_headers=False,
+            timeout_graceful_shutdown=5,
+        )
+    )
+    # uvicorn hands each signal it caught back to the handler it found once it has stopped. Found
+    # SIGTERM's default, that would end this process before the queued beats are written and the
+    # gateway and worker are stopped; a handler of ours that does nothing lets main() finish instead.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        Server(
-            application=application,
-            endpoints=endpoints,
-            signal_handlers=True,
-            verbosity=0,
-            server_name="llmgw",
-            application_close_timeout=5,
-        ).run()
+        server.run()
+    except KeyboardInterrupt:
+        pass  # SIGINT, handed back the same way: the stop was clean
     finally:
-        # Daphne has stopped taking requests: the beats it queued are written before this process ends.
+        signal.signal(signal.SIGTERM, previous)
+        # uvicorn has stopped taking requests: the beats it queued are written before this process ends.
         stopped()
 
 

@@ -472,7 +472,7 @@ def stop_flusher(timeout_s: float = 10.0) -> None:
     """Stop this process's flusher after one last flush, so the beats queued before a stop are written.
 
     A server calls it once it has stopped taking requests (llmgw.serve, after
-    daphne returns from SIGTERM): the flusher thread is a daemon, and without
+    uvicorn returns from SIGTERM): the flusher thread is a daemon, and without
     this the last second of heartbeats would end with the process.
     """
     global _flusher
