@@ -199,8 +199,8 @@ def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
     return out
 
 
-def start_server(data: Path) -> tuple[subprocess.Popen, str]:
-    proc = start_serve(data, f"{PG}/{DB}", REDIS)
+def start_server(data: Path, admin_workers: int = 1) -> tuple[subprocess.Popen, str]:
+    proc = start_serve(data, f"{PG}/{DB}", REDIS, settings={"LLMGW_ADMIN_WORKERS": str(admin_workers)})
     return proc, proc.admin
 
 
@@ -314,7 +314,7 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
 
 async def protocol_side(sims: list, args) -> dict:
     data = Path(tempfile.mkdtemp(prefix="llmgw-bench-scale-serve-"))
-    proc, admin = start_server(data)
+    proc, admin = start_server(data, args.admin_workers)
     try:
         join = (data / "join-token").read_text().strip()
         answered_at: dict[str, float] = {}
@@ -572,6 +572,9 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32, help="sockets the heartbeats use")
     # The PostgreSQL here is shared: each concurrent registration holds a connection in the server's thread pool.
     parser.add_argument("--register-connections", type=int, default=6)
+    parser.add_argument(
+        "--admin-workers", type=int, default=1, help="LLMGW_ADMIN_WORKERS: processes serving the admin listener"
+    )
     parser.add_argument("--requests", type=int, default=10, help="timed requests per read path")
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")
     parser.add_argument("--no-scheduler", action="store_true")

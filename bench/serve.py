@@ -18,16 +18,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_serve(data: Path, database_url: str, redis_url: str | None, timeout_s: float = 120) -> subprocess.Popen:
+def start_serve(
+    data: Path, database_url: str, redis_url: str | None, timeout_s: float = 120, settings: dict[str, str] | None = None
+) -> subprocess.Popen:
     """The server, once its admin listener answers and it has written its join token; ``.admin`` is its address.
 
-    None of the caller's own ``LLMGW_*`` settings reach it; it runs in a
+    None of the caller's own ``LLMGW_*`` settings reach it (``settings`` are
+    added, LLMGW_ADMIN_WORKERS say); it runs in a
     session of its own, so the benchmark can end it and its workers together.
     """
     admin, gateway = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
     env.update(LLMGW_DATA_DIR=str(data), LLMGW_DATABASE_URL=database_url, LLMGW_ADMIN_ADDR=admin)
     env.update(LLMGW_GATEWAY_ADDR=gateway, **({"LLMGW_REDIS_URL": redis_url} if redis_url else {}))
+    env.update(settings or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmgw.cli", "serve"],
         env=env,

@@ -79,6 +79,8 @@ class Config:
     allowed_hosts: tuple[str, ...]
     gateway_workers: int = 1
     """Processes serving the gateway listener; each uses about one core at full load."""
+    admin_workers: int = 1
+    """Processes serving the admin listener; 1 is ``llmgw serve`` itself, more are children on its socket."""
 
     @property
     def embedded(self) -> bool:
@@ -314,4 +316,30 @@ def load(env: dict[str, str] | None = None) -> Config:
         catalog_file=Path(catalog).expanduser() if catalog else None,
         allowed_hosts=hosts or ("*",),
         gateway_workers=_count(env, "LLMGW_GATEWAY_WORKERS", 1, 256),
+        admin_workers=admin_workers(env, database_url, redis_url),
     )
+
+
+def admin_workers(env: dict[str, str], database_url: str, redis_url: str | None) -> int:
+    """LLMGW_ADMIN_WORKERS, refused above 1 where the processes could not share what the listener holds.
+
+    A live page hears what its own process publishes through the in-memory
+    channel layer, so without Redis a second process's registrations and
+    heartbeats would never reach a page served by the first. And several
+    processes writing one SQLite file wait on each other's locks: every
+    heartbeat flush would stall the others' requests.
+    """
+    count = _count(env, "LLMGW_ADMIN_WORKERS", 1, 64)
+    if count > 1 and redis_url is None:
+        raise ConfigError(
+            "LLMGW_ADMIN_WORKERS",
+            f"is {count}, and more than one admin process needs LLMGW_REDIS_URL: without Redis a live page "
+            "hears only the updates of the process that serves it",
+        )
+    if count > 1 and database_url.startswith("sqlite"):
+        raise ConfigError(
+            "LLMGW_ADMIN_WORKERS",
+            f"is {count}, and more than one admin process needs PostgreSQL (LLMGW_DATABASE_URL): on SQLite "
+            "each process's writes would wait on the others' locks",
+        )
+    return count

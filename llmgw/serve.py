@@ -12,8 +12,10 @@ Steps:
    a child process, which dies with this one.
 5. Start the gateway listener's processes (LLMGW_GATEWAY_WORKERS of them,
    uvicorn; see llmgw.gateway_server for why) on a socket bound here.
-6. Serve the admin listener with uvicorn until SIGINT/SIGTERM, then stop the
-   gateway processes and the worker, and exit.
+6. Serve the admin listener with uvicorn (llmgw.admin_server) until
+   SIGINT/SIGTERM: in this process, or in LLMGW_ADMIN_WORKERS processes on a
+   socket bound here. Then stop the admin processes (each writes the
+   heartbeats it queued), the gateway processes and the worker, and exit.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 
 from core import config, tracing
 from llmgw.children import die_with_parent
-from llmgw.gateway_server import GatewayProcesses, listen
+from llmgw.listener_processes import ListenerProcesses, listen
 
 log = logging.getLogger("llmgw.serve")
 WORKER_STOP_TIMEOUT_S = 15
@@ -152,7 +154,8 @@ def _group_alive(group: int) -> bool:
 
 
 def announce(cfg: config.Config, written: list) -> None:
-    print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/)", flush=True)
+    admin = "" if cfg.admin_workers == 1 else f"; {cfg.admin_workers} processes, LLMGW_ADMIN_WORKERS"
+    print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/{admin})", flush=True)
     processes = "1 process" if cfg.gateway_workers == 1 else f"{cfg.gateway_workers} processes"
     print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/  ({processes}, LLMGW_GATEWAY_WORKERS)", flush=True)
     database = "SQLite" if cfg.database_url.startswith("sqlite") else "PostgreSQL"
@@ -172,60 +175,38 @@ def announce(cfg: config.Config, written: list) -> None:
         print(f"llmgw: the admin password is in {cfg.data_dir}/admin-password", flush=True)
 
 
-def run_server(cfg: config.Config) -> None:
-    """uvicorn on the admin listener, in this process, until SIGTERM or SIGINT; then the last heartbeats written.
+def run_admin(cfg: config.Config) -> None:
+    """The admin listener until SIGTERM or SIGINT: served here, or by LLMGW_ADMIN_WORKERS children on one socket.
 
-    uvicorn with httptools rather than daphne, as on the gateway listener
-    (llmgw.gateway_server): the admin listener takes every node's heartbeats,
-    and under daphne a heartbeat cost this process 0.79 ms of CPU at 2,000
-    nodes, Twisted's HTTP handling most of it; under uvicorn 0.29 ms, and the
-    heartbeat p99 fell from 81 to 3.8 ms (bench/scale.py). Websockets are
-    served by the ``websockets`` library's sans-I/O protocol.
-
-    The loop is asyncio's own, not uvloop (which the gateway's processes use):
-    the live pages' channel layer is channels_redis, whose receive holds a
-    per-process lock while it waits in a blocking read on Redis. When Redis
-    came back after an outage, channels cancelled a page's receive that had
-    hit a dead pooled connection, and under uvloop that cancelled read never
-    finished: the lock stayed held and every page of the process went deaf
-    (tests/deploy/test_multihost.py::test_redis_stopped_under_load failed 2 of
-    3 runs). Under asyncio's loop the read ends on the cancel and it passed
-    every run; the heartbeats lose nothing measurable by it.
+    Either way each process that served it has written the heartbeats it
+    queued when this returns.
     """
-    import uvicorn
+    from llmgw import admin_server
 
-    from llmgw.asgi import application, stopped
-
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application,
-            host=cfg.admin_addr.host,
-            port=cfg.admin_addr.port,
-            http="httptools",
-            ws="websockets-sansio",
-            loop="asyncio",  # not uvloop: see above
-            # Channels' router takes http and websocket scopes only; start and stop are this function's.
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            server_header=False,
-            # As under daphne: the client is the socket's peer, whatever X-Forwarded-For a request carries.
-            proxy_headers=False,
-            timeout_graceful_shutdown=5,
-        )
+    if cfg.admin_workers == 1:
+        admin_server.serve(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
+        return
+    admin = ListenerProcesses(
+        listen(cfg.admin_addr.host, cfg.admin_addr.port), cfg.admin_workers, "llmgw.admin_server", "admin"
     )
-    # uvicorn hands each signal it caught back to the handler it found once it has stopped. Found
-    # SIGTERM's default, that would end this process before the queued beats are written and the
-    # gateway and worker are stopped; a handler of ours that does nothing lets main() finish instead.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    admin.start()
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass  # SIGINT, handed back the same way: the stop was clean
+        wait_for_stop()
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        # uvicorn has stopped taking requests: the beats it queued are written before this process ends.
-        stopped()
+        # SIGTERM to each: it stops taking requests, writes its queued beats and ends.
+        admin.stop()
+
+
+def wait_for_stop() -> None:
+    """Return on SIGTERM or SIGINT."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str]) -> int:
@@ -274,10 +255,12 @@ def main(argv: list[str]) -> int:
 
         worker = ThreadWorker(celery_app) if cfg.embedded else ProcessWorker()
         worker.start()
-    gateway = GatewayProcesses(listen(cfg.gateway_addr.host, cfg.gateway_addr.port), cfg.gateway_workers)
+    gateway = ListenerProcesses(
+        listen(cfg.gateway_addr.host, cfg.gateway_addr.port), cfg.gateway_workers, "llmgw.gateway_server", "gateway"
+    )
     gateway.start()
     try:
-        run_server(cfg)
+        run_admin(cfg)
     finally:
         gateway.stop()
         if worker is not None:

@@ -39,6 +39,16 @@ def test_secret_key_from_a_file(tmp_path):
     assert load(tmp_path, LLMGW_SECRET_KEY_FILE=str(secret)).secret_key == "from-a-file"
 
 
+def test_several_admin_processes_with_redis_and_postgresql(tmp_path):
+    cfg = load(
+        tmp_path,
+        LLMGW_ADMIN_WORKERS="3",
+        LLMGW_REDIS_URL="redis://127.0.0.1:6379/0",
+        LLMGW_DATABASE_URL="postgresql://u@h/db",
+    )
+    assert cfg.admin_workers == 3 and load(tmp_path).admin_workers == 1
+
+
 @pytest.mark.parametrize(
     ("env", "variable", "words"),
     [
@@ -53,6 +63,13 @@ def test_secret_key_from_a_file(tmp_path):
         ({"LLMGW_GATEWAY_WORKERS": "0"}, "LLMGW_GATEWAY_WORKERS", "from 1 to 256"),
         ({"LLMGW_DATABASE_URL": "postgresql://u@h/db?prepare_threshold=x"}, "LLMGW_DATABASE_URL", "or none"),
         ({"LLMGW_GATEWAY_WORKERS": "two"}, "LLMGW_GATEWAY_WORKERS", "whole number"),
+        ({"LLMGW_ADMIN_WORKERS": "65"}, "LLMGW_ADMIN_WORKERS", "from 1 to 64"),
+        ({"LLMGW_ADMIN_WORKERS": "2"}, "LLMGW_ADMIN_WORKERS", "needs LLMGW_REDIS_URL"),
+        (
+            {"LLMGW_ADMIN_WORKERS": "2", "LLMGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
+            "LLMGW_ADMIN_WORKERS",
+            "needs PostgreSQL",
+        ),
         ({"LLMGW_SECRET_KEY_FILE": "/nonexistent/key"}, "LLMGW_SECRET_KEY_FILE", "cannot read"),
     ],
 )

@@ -300,3 +300,94 @@ def test_a_heartbeat_queued_when_sigterm_comes_is_written_before_serve_ends(tmp_
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
+
+
+def admin_processes(server: Server, count: int) -> list[int]:
+    """The admin listener's child processes, once ``count`` of them run."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = [
+            p for p in descendants(server.proc.pid) if b"llmgw.admin_server" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        if len(found) == count:
+            return sorted(found)
+        time.sleep(0.2)
+    raise AssertionError(f"not {count} admin processes: {found}\n" + server.log.read_text())
+
+
+@pytest.fixture
+def two_admin_processes(tmp_path):
+    """llmgw serve with LLMGW_ADMIN_WORKERS=2, on Redis and a PostgreSQL database of its own; beats flushed hourly."""
+    from tests.hostile.live import Database
+
+    database = Database()
+    server = Server(
+        tmp_path,
+        LLMGW_ADMIN_WORKERS="2",
+        LLMGW_REDIS_URL=os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        LLMGW_DATABASE_URL=database.url,
+        LLMGW_HEARTBEAT_FLUSH_S="3600",
+    )
+    try:
+        server.wait_ready()
+        yield server, database
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+        database.drop()
+
+
+def test_several_admin_processes_each_write_the_beats_they_queued_when_serve_is_stopped(two_admin_processes):
+    """Each process takes beats (the other held stopped meanwhile, so the kernel hands it none) and writes
+    them when llmgw serve is stopped: none is lost with the process that queued it."""
+    import psycopg
+
+    server, database = two_admin_processes
+    first, second = admin_processes(server, 2)
+    join = (server.data / "join-token").read_text().strip()
+    credentials = {}
+    for n in range(8):
+        registered = httpx.post(
+            f"http://{server.admin}/api/v1/agent/register",
+            json={"name": f"tray-{n:02}", "machine_id": f"m-{n}"},
+            headers={"Authorization": f"Bearer {join}"},
+            timeout=30,
+        )
+        assert registered.status_code == 201, registered.text
+        credentials[f"tray-{n:02}"] = registered.json()["credential"]
+    names = sorted(credentials)
+    # A fresh connection per beat; a process held stopped accepts none, so each half goes to one process.
+    for stopped, half in ((first, names[:4]), (second, names[4:])):
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            for name in half:
+                beat = httpx.post(
+                    f"http://{server.admin}/api/v1/agent/heartbeat",
+                    json={"load": {"cpu_percent": float(names.index(name))}},
+                    headers={"Authorization": f"Bearer {credentials[name]}"},
+                    timeout=30,
+                )
+                assert beat.status_code == 200, beat.text
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+
+    def loads() -> dict[str, object]:
+        with psycopg.connect(database.url) as conn:
+            return dict(conn.execute("SELECT name, load FROM inventory_node").fetchall())
+
+    assert not any(loads().values()), "queued, not yet written: the interval is an hour"
+    assert server.stop() == 0, server.log.read_text()
+    assert loads() == {name: {"cpu_percent": float(i)} for i, name in enumerate(names)}
+    assert not [p for p in (first, second) if alive(p)], "no admin process outlives llmgw serve"
+
+
+def test_an_admin_process_that_dies_is_started_again_and_the_listener_keeps_answering(two_admin_processes):
+    server, _ = two_admin_processes
+    first, second = admin_processes(server, 2)
+    os.kill(first, signal.SIGKILL)
+    for _ in range(5):
+        assert httpx.get(f"http://{server.admin}/healthz", timeout=30).status_code == 200
+    again = admin_processes(server, 2)
+    assert second in again and first not in again, (first, second, again)
+    assert "admin process" in server.log.read_text() and server.stop() == 0
