@@ -169,6 +169,10 @@ class HeartbeatDesk:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[str, NodeRef] = {}
+        # node pk -> the digests it is cached under in ``nodes`` (more than one while an old
+        # credential is still cached): a registration forgets the old ones without a scan of
+        # ``nodes``, which a storm of 10,000 made 10,000 x 10,000 / 2 steps.
+        self.digests: dict[int, set[str]] = {}
         self.pending: dict[int, tuple[str, Beat]] = {}
         self.shards: dict[int, list[dict]] = {}
         self.shards_loaded = False
@@ -197,22 +201,37 @@ class HeartbeatDesk:
         row = Node.objects.filter(credential_digest=digest).values_list("pk", "name", "report_digest").first()
         with self.lock:
             if row is None:
-                self.nodes.pop(digest, None)
+                self._forget(digest)
                 return None
             ref = NodeRef(row[0], row[1], row[2], digest, time.monotonic())
-            self.nodes[digest] = ref
+            self._cache(ref)
             return ref
 
     def remember(self, node: Node) -> None:
         """A view that just read or wrote this node tells the desk what it now knows."""
         with self.lock:
-            for digest, ref in list(self.nodes.items()):
-                if ref.pk == node.pk and digest != node.credential_digest:
+            for digest in self.digests.pop(node.pk, set()) - {node.credential_digest}:
+                if getattr(self.nodes.get(digest), "pk", None) == node.pk:
                     del self.nodes[digest]  # a rotated credential stops here at once
             if node.credential_digest:
-                self.nodes[node.credential_digest] = NodeRef(
-                    node.pk, node.name, node.report_digest, node.credential_digest, time.monotonic()
-                )
+                self._cache(NodeRef(node.pk, node.name, node.report_digest, node.credential_digest, time.monotonic()))
+
+    def _cache(self, ref: NodeRef) -> None:
+        """Know ``ref`` under its digest (the caller holds the lock)."""
+        self._forget(ref.digest)  # the digest may have named another node before (a test's fixed digest)
+        self.nodes[ref.digest] = ref
+        self.digests.setdefault(ref.pk, set()).add(ref.digest)
+
+    def _forget(self, digest: str) -> None:
+        """Stop knowing the node cached under ``digest``, if any (the caller holds the lock)."""
+        ref = self.nodes.pop(digest, None)
+        if ref is None:
+            return
+        held = self.digests.get(ref.pk)
+        if held is not None:
+            held.discard(digest)
+            if not held:
+                del self.digests[ref.pk]
 
     # --- taking a beat ---
 
@@ -321,7 +340,7 @@ class HeartbeatDesk:
                 if node is None or node[1] != digest:
                     result.revoked += 1
                     with self.lock:
-                        self.nodes.pop(digest, None)
+                        self._forget(digest)
                     continue
                 name, _, reachable, lost, shard_status = node
                 if not reachable or lost:

@@ -148,3 +148,76 @@ def test_a_flush_takes_the_same_queries_however_many_beats(client):
             assert desk.flush().written == n
         counts[n] = len(seen)
     assert counts[1] == counts[30], counts
+
+
+def _queries(client, join: str, sim: F.SimNode, machine_id: str | None = None, body: dict | None = None):
+    with CaptureQueriesContext(connection) as seen:
+        answer = register(client, join, sim.name, machine_id or f"m-{sim.name}", report=body or sim.report())
+    assert answer.status_code in (200, 201), answer.content
+    return len(seen), answer
+
+
+def test_a_registration_takes_the_same_queries_however_many_nodes_registered_before(client):
+    # One of each kind: a GB200 tray (an NVLink domain), an HGX box, a MIG box, a node with no GPUs.
+    sims = F.build_fleet("gb200-nvl72:2@gb,h100-hgx:30@north,a100-mig:2,cpu:2")
+    kind = {k: [s for s in sims if s.kind == k] for k in ("gb200-nvl72", "h100-hgx", "a100-mig", "cpu")}
+    trays, hgx, mig, cpu = kind.values()
+    assert len(hgx) == 30 and len(mig) == 2 and len(cpu) == 2 and trays
+    join = issue_join_token()
+    # The first tray of a rack creates its NVLink domain (three queries more); the rest find it.
+    register(client, join, trays[0].name, f"m-{trays[0].name}", report=trays[0].report())  # the rack's domain
+    first = {
+        k: _queries(client, join, s)[0]
+        for k, s in (("tray", trays[1]), ("hgx", hgx[0]), ("mig", mig[0]), ("cpu", cpu[0]))
+    }
+    for sim in hgx[1:-1]:
+        register(client, join, sim.name, f"m-{sim.name}", report=sim.report())
+    later = {
+        k: _queries(client, join, s)[0]
+        for k, s in (("tray", trays[17]), ("hgx", hgx[-1]), ("mig", mig[1]), ("cpu", cpu[1]))
+    }
+    assert later == first, (first, later)
+    assert GPU.objects.filter(node__name=mig[1].name, parent_index__isnull=False).exists()  # MIG instances stored
+    assert not GPU.objects.filter(node__name=cpu[1].name).exists()
+    for pk, digest in Node.objects.values_list("pk", "credential_digest"):
+        assert desk.digests[pk] == {digest}  # the desk knows each once, by its own credential
+
+
+def test_the_same_machine_registering_again_with_a_changed_report_takes_the_same_queries_however_large_the_fleet(
+    client,
+):
+    sims = F.build_fleet("h100-hgx:12@north")
+    join = issue_join_token()
+    for sim in sims:
+        register(client, join, sim.name, f"m-{sim.name}", report=sim.report())
+    counts = []
+    for sim in (sims[0], sims[-1]):
+        body = sim.report()
+        body["gpus"] = body["gpus"][:-1]  # a card gone
+        body["ib_ports"][0]["state"] = "DOWN"
+        count, answer = _queries(client, join, sim, body=body)
+        assert answer.status_code == 200
+        node = Node.objects.get(name=sim.name)
+        assert GPU.objects.filter(node=node).count() == len(body["gpus"])
+        assert (
+            IBPort.objects.get(node=node, hca=body["ib_ports"][0]["hca"], port=body["ib_ports"][0]["port"]).state
+            == "DOWN"
+        )
+        counts.append(count)
+    assert counts[0] == counts[1], counts
+
+
+def test_a_registration_refused_half_way_through_its_report_stores_nothing_and_keeps_the_credential(client):
+    sim = F.build_fleet("h100-hgx:1@north")[0]
+    join = issue_join_token()
+    first = register(client, join, sim.name, f"m-{sim.name}", report=sim.report())
+    assert first.status_code == 201
+    before = stored(sim.name)
+    digest = Node.objects.get(name=sim.name).credential_digest
+    body = sim.report()
+    body["gpus"] = body["gpus"][:2]  # a change that would be written...
+    body["ib_ports"][-1]["port"] = -1  # ...but the last port is refused
+    answer = register(client, join, sim.name, f"m-{sim.name}", report=body)
+    assert answer.status_code == 400 and "ib_ports[" in answer.json()["error"]
+    assert stored(sim.name) == before
+    assert Node.objects.get(name=sim.name).credential_digest == digest

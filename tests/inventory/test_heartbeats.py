@@ -8,6 +8,7 @@ import pytest
 from django.db import DataError, OperationalError
 from django.utils import timezone
 
+from core.credentials import hash_token
 from inventory.models import Node
 from inventory.signals import HeartbeatTables, heartbeat_answers_wanted, heartbeats_flushed
 from inventory.writes.heartbeats import HeartbeatDesk
@@ -106,3 +107,44 @@ def test_beats_the_database_refused_for_what_they_hold_are_not_kept(known, monke
     with pytest.raises(DataError):
         desk.flush()
     assert desk.pending == {}
+
+
+class _NoScans(dict):
+    """The desk's credential cache, refusing to be walked: what a registration does must not grow with the fleet."""
+
+    def items(self):
+        raise AssertionError("the desk walked every cached credential")
+
+    __iter__ = values = keys = items
+
+
+def test_a_registration_tells_the_desk_without_walking_every_node_it_knows():
+    desk = HeartbeatDesk()
+    desk.nodes = _NoScans()
+    nodes = [Node.objects.create(name=f"n-{i}", credential_digest=f"d-{i}") for i in range(3)]
+    for node in nodes:
+        desk.remember(node)
+    rotated = nodes[1]
+    rotated.credential_digest = "d-1-rotated"
+    desk.remember(rotated)  # a re-registration: a fresh credential for the same node
+    assert "d-1" not in desk.nodes and desk.nodes["d-1-rotated"].pk == rotated.pk
+    assert [desk.nodes[f"d-{i}"].pk for i in (0, 2)] == [nodes[0].pk, nodes[2].pk]
+    assert desk.digests == {nodes[0].pk: {"d-0"}, rotated.pk: {"d-1-rotated"}, nodes[2].pk: {"d-2"}}
+
+
+def test_every_credential_a_node_was_cached_under_stops_when_it_registers_again():
+    # Two digests cached for one node: its credential was rotated by another process and
+    # this one looked both up. The next registration here leaves only the one it made.
+    node = Node.objects.create(name="twice", credential_digest=hash_token("s1"))
+    desk = HeartbeatDesk()
+    assert desk.lookup("s1").pk == node.pk
+    Node.objects.filter(pk=node.pk).update(credential_digest=hash_token("s2"))
+    assert desk.lookup("s2").pk == node.pk
+    assert desk.digests == {node.pk: {hash_token("s1"), hash_token("s2")}}
+    node.credential_digest = hash_token("s3")
+    desk.remember(node)
+    assert set(desk.nodes) == {hash_token("s3")} and desk.digests == {node.pk: {hash_token("s3")}}
+    node.credential_digest = ""  # a node told without a credential is forgotten whole
+    desk.remember(node)
+    assert not desk.nodes and not desk.digests
+    assert desk.lookup("s3") is None and not desk.digests  # unknown (not stored): nothing cached
