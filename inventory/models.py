@@ -225,6 +225,40 @@ class GPU(models.Model):
         return not self.health
 
 
+class NodeDevices(models.Model):
+    """A node's devices of one class as the device counts see them, kept by PostgreSQL from the node's GPU rows.
+
+    What the summary and ``/metrics`` would otherwise derive from every GPU
+    row of the fleet on each request (eighty thousand at 10,000 nodes): the
+    devices (a carved card counted as its instances), the unhealthy, the held
+    back, and the rest (``open``, with their indices: what a shard may hold). A
+    trigger on the GPU table recounts a node whenever a statement inserts or
+    deletes its cards or changes a column the count reads (migration 0012),
+    whoever writes them, so it cannot go stale; what holds them is read with
+    the counts (inventory.reads.gpu_counts). Empty elsewhere (SQLite), where
+    the counts are made row by row.
+    """
+
+    # Found by node through the unique constraint's index, which leads with it.
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)
+    gpu_class = models.CharField("class", max_length=100)
+    total = models.PositiveIntegerField()
+    unhealthy = models.PositiveIntegerField()
+    held = models.PositiveIntegerField()
+    # The rest, which something may hold: how many, and their indices, below 63 as the bits of a bigint
+    # (a holder's GPUs are matched with one AND) and any others (MIG instances, from 1000) as a list.
+    open = models.PositiveIntegerField()
+    open_bits = models.BigIntegerField()
+    open_more = models.JSONField(default=list)
+
+    class Meta:
+        verbose_name_plural = "node devices"
+        constraints = [models.UniqueConstraint(fields=["node", "gpu_class"], name="nodedevices_one_row_per_class")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}/{self.gpu_class}"
+
+
 class IBPort(models.Model):
     """An InfiniBand or RoCE port as read from sysfs at the last full report."""
 
