@@ -8,6 +8,8 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+from django.core.signals import request_finished
+from django.db import connections
 
 django_app = get_asgi_application()
 
@@ -33,6 +35,29 @@ class HeartbeatFastLane:
             return await fast.report(scope, receive, send, self.app)
         return await self.app(scope, receive, send)
 
+
+def close_the_requests_connections(**_) -> None:
+    """Close the database connections a request opened, as it finishes.
+
+    Under ASGI Django runs each request's synchronous code in a context of
+    its own, and a connection belongs to the context that opened it: the next
+    request never reuses it, whatever CONN_MAX_AGE says (Django's docs ask
+    for persistent connections off under ASGI). Left open, each lingered
+    until the garbage collector reached it, and a registration storm at
+    10,000 nodes held enough of them to meet PostgreSQL's max_connections
+    (registrations refused with 503 "too many clients already",
+    bench/scale.py). Threads that live on (the heartbeat flusher, the fast
+    lane's lookups, the gateway's) keep theirs: they send no request_finished.
+    A connection inside a transaction is left alone (a test's, or a caller
+    that owns it).
+    """
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
+
+
+# Only where this module is the application: a server of it, not the test client.
+request_finished.connect(close_the_requests_connections, dispatch_uid="llmgw.asgi.close_the_requests_connections")
 
 tracing.setup("llmgw")
 application = ListenerRouter(

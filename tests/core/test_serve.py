@@ -391,3 +391,50 @@ def test_an_admin_process_that_dies_is_started_again_and_the_listener_keeps_answ
     again = admin_processes(server, 2)
     assert second in again and first not in again, (first, second, again)
     assert "admin process" in server.log.read_text() and server.stop() == 0
+
+
+def test_a_registration_storm_leaves_no_database_connection_open_behind_it(tmp_path):
+    """Each request's connection is closed as it finishes (llmgw.asgi): under ASGI none is reused, and left
+    to the garbage collector they piled up to PostgreSQL's max_connections at 10,000 registrations."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
+
+    from tests.hostile.live import Database
+
+    database = Database()
+    server = Server(
+        tmp_path,
+        LLMGW_REDIS_URL=os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        LLMGW_DATABASE_URL=database.url,
+    )
+    try:
+        server.wait_ready()
+        join = (server.data / "join-token").read_text().strip()
+
+        def opened() -> int:
+            with psycopg.connect(database.admin_url) as conn:
+                query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                return conn.execute(query, (database.name,)).fetchone()[0]
+
+        def register(n: int) -> int:
+            return httpx.post(
+                f"http://{server.admin}/api/v1/agent/register",
+                json={"name": f"tray-{n:03}", "machine_id": f"m-{n}"},
+                headers={"Authorization": f"Bearer {join}"},
+                timeout=30,
+            ).status_code
+
+        before, seen = opened(), []
+        with ThreadPoolExecutor(6) as pool:
+            for start in range(0, 240, 40):
+                assert set(pool.map(register, range(start, start + 40))) == {201}
+                seen.append(opened())
+        # The worker's and the flusher's own connections, and the six requests in flight at most.
+        assert max(seen) <= before + 6, (before, seen)
+        assert server.stop() == 0, server.log.read_text()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+        database.drop()
