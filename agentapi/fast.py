@@ -17,7 +17,7 @@ import json
 from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
-from core import jsonbody
+from core import dbpool, jsonbody
 from core.errors import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, first_line
 from inventory.writes import heartbeats
 from inventory.writes.heartbeats import desk
@@ -74,6 +74,19 @@ async def read_body(receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _lookup(secret: str) -> heartbeats.NodeRef | None:
+    """The desk's database lookup, on a thread of the loop's executor that lives on.
+
+    Such a thread sends no request_finished, so it hands its connection back
+    itself; in an admin process that pools (core.dbpool) it would otherwise
+    hold a place in the pool for as long as the process lives.
+    """
+    try:
+        return desk.lookup(secret)
+    finally:
+        dbpool.give_back()
+
+
 async def heartbeat(scope, receive, send) -> None:
     if scope["method"] != "POST":
         return await respond(send, 405, {"error": USE_POST}, ((b"allow", b"POST"),))
@@ -97,7 +110,7 @@ async def heartbeat(scope, receive, send) -> None:
     ref = desk.cached(secret)
     if ref is None:
         try:
-            ref = await sync_to_async(desk.lookup, thread_sensitive=False)(secret)
+            ref = await sync_to_async(_lookup, thread_sensitive=False)(secret)
         except DATABASE_DOWN as exc:
             # A credential this server has not seen yet, while the database is away: the agent is told
             # when to try again (as every other view says it), and keeps its report for later.

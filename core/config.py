@@ -16,6 +16,7 @@ import ipaddress
 import math
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -81,6 +82,8 @@ class Config:
     """Processes serving the gateway listener; each uses about one core at full load."""
     admin_workers: int = 1
     """Processes serving the admin listener; 1 is ``llmgw serve`` itself, more are children on its socket."""
+    admin_db_connections: int = 10
+    """PostgreSQL connections each admin process keeps in its pool at most (core.dbpool)."""
 
     @property
     def embedded(self) -> bool:
@@ -317,7 +320,18 @@ def load(env: dict[str, str] | None = None) -> Config:
         allowed_hosts=hosts or ("*",),
         gateway_workers=_count(env, "LLMGW_GATEWAY_WORKERS", 1, 256),
         admin_workers=admin_workers(env, database_url, redis_url),
+        admin_db_connections=admin_db_connections(env),
     )
+
+
+def admin_db_connections(env: Mapping[str, str]) -> int:
+    """LLMGW_ADMIN_DB_CONNECTIONS: the most PostgreSQL connections one admin process keeps (core.dbpool).
+
+    Each admin process (LLMGW_ADMIN_WORKERS of them, on each control host)
+    may hold this many, on top of the gateway's and the worker's, all within
+    PostgreSQL's max_connections.
+    """
+    return _count(dict(env), "LLMGW_ADMIN_DB_CONNECTIONS", 10, 1000)
 
 
 def admin_workers(env: dict[str, str], database_url: str, redis_url: str | None) -> int:

@@ -27,6 +27,9 @@ Why uvicorn, and why not uvloop (which the gateway's processes use):
   lose nothing measurable by it.
 
 Websockets are served by the ``websockets`` library's sans-I/O protocol.
+
+Each process lends its requests PostgreSQL connections from a pool of its
+own (core.dbpool), LLMGW_ADMIN_DB_CONNECTIONS at most.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ def serve(*, host: str | None = None, port: int | None = None, sock: socket.sock
     """
     import uvicorn
 
+    from core import config, dbpool
+
+    # Before llmgw.asgi sets Django up: no connection of this process's is open yet (in llmgw serve's
+    # own process, serve.main did this before its first).
+    dbpool.pool_this_process(config.admin_db_connections(os.environ))
     from llmgw.asgi import application, stopped
 
     bind = {"host": host, "port": port} if sock is None else {}

@@ -46,8 +46,12 @@ def close_the_requests_connections(**_) -> None:
     until the garbage collector reached it, and a registration storm at
     10,000 nodes held enough of them to meet PostgreSQL's max_connections
     (registrations refused with 503 "too many clients already",
-    bench/scale.py). Threads that live on (the heartbeat flusher, the fast
-    lane's lookups, the gateway's) keep theirs: they send no request_finished.
+    bench/scale.py). In a process that pools its connections (core.dbpool:
+    the admin listener's, on PostgreSQL) closing hands the connection back to
+    the pool for the next request instead. Threads that live on send no
+    request_finished: the heartbeat flusher closes its own each flush, the
+    fast lane's lookups hand theirs back (core.dbpool.give_back), the
+    gateway's keep theirs.
     A connection inside a transaction is left alone (a test's, or a caller
     that owns it).
     """

@@ -51,3 +51,20 @@ def test_a_heartbeat_with_a_credential_not_yet_cached_while_the_database_is_away
     answer = asgi("/api/v1/agent/heartbeat", "not-cached-here", {})
     assert answer.status_code == 503 and answer.headers["Retry-After"] == str(DATABASE_RETRY_AFTER_S)
     assert "failing over" in answer.json()["error"], answer.json()
+
+
+@pytest.mark.django_db
+def test_a_request_that_waits_too_long_for_a_pooled_connection_is_told_503(operator, monkeypatch):
+    """An admin process lends connections from a pool (core.dbpool); one that lends none in time is answered
+    as a database that does not answer: psycopg_pool's own timeout, from a real pool whose only connection
+    is held."""
+    from django.db import connection
+    from psycopg_pool import ConnectionPool
+
+    params = {**connection.get_connection_params(), "autocommit": True}
+    params.pop("cursor_factory", None)
+    with ConnectionPool(kwargs=params, min_size=1, max_size=1, timeout=0.2, open=True) as pool, pool.connection():
+        monkeypatch.setattr(fleet.SummaryView, "get", lambda *a, **k: pool.getconn())
+        answer = operator.get("/api/v1/summary")
+    assert answer.status_code == 503 and answer["Retry-After"] == str(DATABASE_RETRY_AFTER_S)
+    assert "couldn't get a connection" in answer.json()["error"], answer.json()

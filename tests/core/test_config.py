@@ -49,6 +49,11 @@ def test_several_admin_processes_with_redis_and_postgresql(tmp_path):
     assert cfg.admin_workers == 3 and load(tmp_path).admin_workers == 1
 
 
+def test_the_admin_pool_size(tmp_path):
+    assert load(tmp_path).admin_db_connections == 10
+    assert load(tmp_path, LLMGW_ADMIN_DB_CONNECTIONS="1").admin_db_connections == 1
+
+
 @pytest.mark.parametrize(
     ("env", "variable", "words"),
     [
@@ -64,6 +69,8 @@ def test_several_admin_processes_with_redis_and_postgresql(tmp_path):
         ({"LLMGW_DATABASE_URL": "postgresql://u@h/db?prepare_threshold=x"}, "LLMGW_DATABASE_URL", "or none"),
         ({"LLMGW_GATEWAY_WORKERS": "two"}, "LLMGW_GATEWAY_WORKERS", "whole number"),
         ({"LLMGW_ADMIN_WORKERS": "65"}, "LLMGW_ADMIN_WORKERS", "from 1 to 64"),
+        ({"LLMGW_ADMIN_DB_CONNECTIONS": "0"}, "LLMGW_ADMIN_DB_CONNECTIONS", "from 1 to 1000"),
+        ({"LLMGW_ADMIN_DB_CONNECTIONS": "1001"}, "LLMGW_ADMIN_DB_CONNECTIONS", "from 1 to 1000"),
         ({"LLMGW_ADMIN_WORKERS": "2"}, "LLMGW_ADMIN_WORKERS", "needs LLMGW_REDIS_URL"),
         (
             {"LLMGW_ADMIN_WORKERS": "2", "LLMGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
