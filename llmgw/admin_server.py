@@ -39,10 +39,7 @@ import signal
 import socket
 import sys
 
-from llmgw.listener_processes import inherited_socket
-
-GRACEFUL_S = 5
-"""Requests still running when a stop is asked get this long to end."""
+from llmgw.listener_processes import GRACEFUL_S, inherited_socket
 
 
 def serve(*, host: str | None = None, port: int | None = None, sock: socket.socket | None = None) -> None:

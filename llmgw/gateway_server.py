@@ -30,11 +30,7 @@ import os
 import socket
 import sys
 
-from llmgw.listener_processes import inherited_socket
-
-GRACEFUL_S = 5
-"""Requests still running when a stop is asked get this long to end."""
-
+from llmgw.listener_processes import GRACEFUL_S, inherited_socket
 
 # --- one gateway process ---------------------------------------------------------
 

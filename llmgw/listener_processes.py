@@ -25,6 +25,8 @@ import threading
 import time
 
 log = logging.getLogger("llmgw.serve")
+GRACEFUL_S = 5
+"""Requests still running when a listener's process is asked to stop get this long to end (both listeners)."""
 STOP_TIMEOUT_S = 15
 """How long a stopped process gets to end (its requests, then what it still holds) before it is killed."""
 BACKLOG = 2048
