@@ -258,3 +258,20 @@ def test_load_takes_as_many_queries_for_many_replicas_as_for_one():
         replica = place(model, "hgx-001", [i % 8])
         Shard.objects.create(replica=replica, node=Node.objects.get(name="hgx-000"), rank=1, gpu_indices=[i % 8])
     assert len(queries_of_load()) == few
+
+
+@pytest.mark.parametrize("spec", ["h100-hgx:2", "h100-hgx:12,a100-mig:4,cpu:4"])
+def test_a_reconcile_with_no_model_reads_no_node(spec):
+    """Nothing to place, scale or explain: the snapshot (a second's work at 10,000 nodes) is not read, so the
+    pass costs the same few queries whatever the fleet's size; a model added later is placed."""
+    from placement.writes import reconciler
+
+    fleet(spec)
+    with CaptureQueriesContext(connection) as seen:
+        result = reconciler.reconcile()
+    assert not result.changed
+    touched = [q["sql"] for q in seen.captured_queries if 'FROM "inventory_' in q["sql"]]
+    assert not touched, touched
+    assert len(seen.captured_queries) <= 12, [q["sql"] for q in seen.captured_queries]
+    add_model()
+    assert reconciler.reconcile().created, "the first model's replicas are placed"
