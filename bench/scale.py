@@ -185,17 +185,26 @@ WHERE: dict[str, list[tuple[str, float]]] = {}
 
 
 def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
-    """(command, VmRSS MB, VmHWM MB) of each process in the tree."""
+    """(command, VmRSS MB, Pss MB) of each process in the tree.
+
+    The RSS of forked processes (Celery's pool, its beat) counts the pages
+    they still share with their parent once in each; the PSS shares each such
+    page out among the processes mapping it, so the PSS of the tree adds up to
+    the memory it really holds.
+    """
     out = []
     for p in tree(pid):
         try:
             status = dict(
                 line.split(":", 1) for line in Path(f"/proc/{p}/status").read_text().splitlines() if ":" in line
             )
+            rollup = dict(
+                line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines() if ":" in line
+            )
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:60]
         except OSError:
             continue
-        out.append((cmd, int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024))
+        out.append((cmd, int(status["VmRSS"].split()[0]) / 1024, int(rollup["Pss"].split()[0]) / 1024))
     return out
 
 
@@ -328,6 +337,7 @@ async def protocol_side(sims: list, args) -> dict:
         figures.update(page.figures(answered_at))
         rss = tree_rss_mb(proc.pid)
         figures["serve_rss_mb"] = sum(r for _, r, _ in rss)
+        figures["serve_pss_mb"] = sum(p for _, _, p in rss)
         figures["serve_rss_largest_mb"] = max(r for _, r, _ in rss)
         figures["serve_processes"] = len(rss)
     finally:
@@ -542,6 +552,7 @@ ROWS = (
     ("live_frames", "  frames in all (of them resyncs)", None),
     ("live_never_told", "  registrations it never heard of", "{}"),
     ("serve_rss_mb", "llmgw serve RSS, all processes, MB", "{:.0f}"),
+    ("serve_pss_mb", "  PSS, all processes (shared pages counted once), MB", "{:.0f}"),
     ("serve_rss_largest_mb", "  its largest process, MB", "{:.0f}"),
     ("serve_processes", "  processes", "{}"),
 )
