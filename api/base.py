@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -35,7 +34,7 @@ from core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_t
 JSON_BODY_LIMIT = 1024 * 1024
 ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
 
-__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "streamed_list", "unstorable"]
+__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "dumps", "streamed_list", "unstorable"]
 
 
 class Refused(exceptions.APIException):
@@ -168,14 +167,24 @@ class ApiView(APIView):
         return AuditEntry.record(self.actor(request), action, target, detail)
 
 
-def _array_chunks(pages: Iterable[list[Any]]) -> Iterator[bytes]:
-    """A JSON array's bytes, one chunk a page, encoded as DRF's renderer encodes an answer (compact, UTF-8)."""
+# What json.dumps(item, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":")) builds for every
+# call; built once, since the node listing encodes one item per node.
+_ENCODER = JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps(item: Any) -> str:
+    """One item's JSON as DRF's renderer encodes an answer (compact; UTF-8 once encoded)."""
+    return _ENCODER.encode(item)
+
+
+def _array_chunks(pages: Iterable[list[Any]], encoded: bool = False) -> Iterator[bytes]:
+    """A JSON array's bytes, one chunk a page; each item :func:`dumps`'d, or (``encoded``) already its JSON text."""
     yield b"["
     first = True
     for page in pages:
         if not page:
             continue
-        text = ",".join(json.dumps(item, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":")) for item in page)
+        text = ",".join(page if encoded else map(dumps, page))
         yield (text if first else "," + text).encode()
         first = False
     yield b"]"
@@ -187,7 +196,7 @@ async def _in_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def streamed_list(request, pages: Iterable[list[Any]]) -> HttpResponse | StreamingHttpResponse:
+def streamed_list(request, pages: Iterable[list[Any]], encoded: bool = False) -> HttpResponse | StreamingHttpResponse:
     """A JSON array answered page by page as ``pages`` reads them, so memory holds one page, not the list.
 
     Streamed under ASGI, which every server llmgw runs, through an async
@@ -195,8 +204,9 @@ def streamed_list(request, pages: Iterable[list[Any]]) -> HttpResponse | Streami
     the first chunk is out the status is sent, so a page that fails later
     cuts the answer short: the client sees JSON that does not parse. Under
     WSGI (Django's test client) the same chunks are joined into one answer.
+    ``encoded``: each page's items are already their JSON text (by :func:`dumps`).
     """
-    chunks = _array_chunks(pages)
+    chunks = _array_chunks(pages, encoded)
     if isinstance(getattr(request, "_request", request), ASGIRequest):
         return StreamingHttpResponse(_in_thread(chunks), content_type="application/json")
     return HttpResponse(b"".join(chunks), content_type="application/json")

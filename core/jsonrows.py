@@ -32,18 +32,44 @@ def values_decoded_once(rows: QuerySet, fields: Sequence[str], json_fields: Sequ
     The same values as ``values()`` gives: PostgreSQL's text of a ``jsonb``
     is what Django decodes, and SQL NULL is None.
     """
-    texts = {f: Cast(f, TextField()) for f in fields if f in json_fields}
-    rows = rows.annotate(**{_TEXT + f: cast for f, cast in texts.items()})
-    decoded: dict[str, Any] = {}
-    for row in rows.values_list(*(_TEXT + f if f in texts else f for f in fields)):
+    texts = [f for f in fields if f in json_fields]
+    decode = DecodedOnce()
+    for row in values_list_as_text(rows, fields, json_fields):
         out = dict(zip(fields, row, strict=True))
         for field in texts:
-            if (text := out[field]) is not None:
-                value = decoded.get(text, _UNSEEN)
-                if value is _UNSEEN:
-                    value = decoded[text] = json.loads(text)
-                out[field] = value
+            out[field] = decode(out[field])
         yield out
+
+
+def values_list_as_text(rows: QuerySet, fields: Sequence[str], json_fields: Sequence[str]) -> QuerySet:
+    """``rows.values_list(*fields)`` with the ``json_fields`` among them as their text, not decoded.
+
+    For a reader that keys on a row before it decodes anything (rows that
+    repeat are worked out once): :class:`DecodedOnce` decodes the texts as
+    ``values()`` would have.
+    """
+    texts = {f: Cast(f, TextField()) for f in fields if f in json_fields}
+    return rows.annotate(**{_TEXT + f: cast for f, cast in texts.items()}).values_list(
+        *(_TEXT + f if f in texts else f for f in fields)
+    )
+
+
+class DecodedOnce:
+    """A JSON column's text decoded as Django's JSONField decodes it, once per distinct text; None stays None.
+
+    The values decoded are shared by every row with that text: read them, never change them.
+    """
+
+    def __init__(self) -> None:
+        self._decoded: dict[str, Any] = {}
+
+    def __call__(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        value = self._decoded.get(text, _UNSEEN)
+        if value is _UNSEEN:
+            value = self._decoded[text] = json.loads(text)
+        return value
 
 
 class PerValue(Generic[T]):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -487,6 +487,16 @@ def node_pages(
 ) -> Iterator[list[dict[str, Any]]]:
     """:func:`node_list` in pages of ``size`` nodes, each read when asked for (``inventory.reads.nodes.node_pages``)."""
     return inventory_nodes.node_pages(node_usage(), now, fields, wiring, size, after)
+
+
+def node_pages_json(
+    dumps: Callable[[Any], str],
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    size: int | None = None,
+) -> Iterator[list[str]]:
+    """:func:`node_pages` with the wiring, each node as its JSON text (``inventory.reads.nodes.node_pages_json``)."""
+    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

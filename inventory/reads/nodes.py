@@ -14,7 +14,7 @@ The shards are placement's rows, so placement reads them and hands them in
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core import cycles
-from core.jsonrows import values_decoded_once
+from core.jsonrows import DecodedOnce, values_decoded_once, values_list_as_text
 from core.models import AuditEntry
 from inventory import devices
 from inventory.devices import mig_label
@@ -47,7 +47,7 @@ PORT_FIELDS += ("sm_lid", "sm_error", "counters")
 _NODE_UNLISTED = ("shard_status", "imex_nodes", "problems", "credential_digest", "report_digest", "machine_id")
 
 # Nodes a page of the streamed listing holds: about 15 MB of views while it is built, and few enough
-# queries (four a page) that paging adds little to reading the whole fleet at once.
+# queries (four a page; three for the API's JSON listing) that paging adds little to reading the whole fleet at once.
 NODE_PAGE = 250
 
 # Traffic counters: they rise with use, so they are reported as bytes, never as errors.
@@ -171,6 +171,169 @@ def _listed_gpus(rows: QuerySet, cards: bool) -> dict[int, list[dict]]:
     return gpus
 
 
+# What the API's listing reads of each node: the columns _node_view_of reads, no model instance.
+_NODE_LISTED = ("id", "name", "state", "reachable", "lost", "labels", "hostname", "mgmt_addr", "report_error")
+_NODE_LISTED += ("agent_version", "os", "os_version", "arch", "cpu_flags", "memory_mb", "engines", "weights")
+_NODE_LISTED += ("fabrics", "disks", "last_seen", "load", "imex_state", "imex_channels")
+_NODE_LISTED_JSON = ("labels", "cpu_flags", "engines", "weights", "fabrics", "disks", "load", "imex_channels")
+# What it reads of each card: what the listing's counts and views read (GPU_LIST_FIELDS, health, the wiring).
+_CARD_COUNTED = ("index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid", "domain_id")
+_CARD_JSON = ("health", *_GPU_WIRING_JSON)
+
+
+class _NodeRow:
+    """A node's listed columns from a values() row: what the views read of a Node, without building one."""
+
+    __slots__ = (*_NODE_LISTED, "pk")
+    has_avx2 = Node.has_avx2  # the model's own property; it reads only cpu_flags
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        for name in _NODE_LISTED:
+            setattr(self, name, row[name])
+        self.pk = row["id"]
+
+
+class _Cards:
+    """What one set of card rows comes to, worked out once for every node of a page whose cards are those rows.
+
+    The nodes of a kind have the same cards, row for row (an HGX box's eight,
+    a rack's trays in one domain); what differs between them, the GPUs their
+    shards hold, is counted per set of GPUs held (:meth:`counts`).
+    """
+
+    __slots__ = ("_counts", "domain", "gpus", "listed", "unhealthy")
+
+    def __init__(
+        self,
+        rows: Iterable[tuple],
+        columns: tuple[str, ...],
+        decode: DecodedOnce,
+        domains: Mapping[int, str],
+        nearest: dict,
+        dumps: Callable[[Any], str] | None,
+    ) -> None:
+        gpus = []
+        for row in rows:
+            g = dict(zip(columns, row, strict=True))
+            for field in _CARD_JSON:
+                if field in g:
+                    g[field] = decode(g[field])
+            g["health"] = g["health"] or []  # as the listing reads it: JSON null or nothing is no problem
+            gpus.append(g)
+        self.gpus = gpus
+        self.unhealthy = devices.out_of_placement(gpus)
+        self.domain = _node_domain(gpus, domains)
+        # The cards as the listing shows them, as JSON: encoded once for all the nodes that have them.
+        self.listed = None if dumps is None else dumps([_gpu_brief(g, domains, nearest) for g in gpus])
+        self._counts: dict[frozenset[int], list[dict[str, Any]]] = {}
+
+    def counts(self, used: set[int]) -> list[dict[str, Any]]:
+        """The devices by class when the GPUs ``used`` are held (``devices.count_by_class``)."""
+        key = frozenset(used)
+        if (by_class := self._counts.get(key)) is None:
+            by_class = self._counts[key] = devices.count_by_class(self.gpus, used)
+        return by_class
+
+
+def node_pages_json(
+    usage: NodeUsage,
+    dumps: Callable[[Any], str],
+    now: datetime | None = None,
+    fields: frozenset[str] | None = None,
+    size: int | None = None,
+) -> Iterator[list[str]]:
+    """The API's listing, :func:`node_pages` with the wiring, as each node's JSON text (``dumps``'s), a page at a time.
+
+    The same text as ``dumps`` of :func:`node_pages`'s views, and the same
+    pages (tested against it), read in fewer queries (three a page: nodes,
+    cards, ports) and built with far less work per node. No model instance:
+    each node's columns, cards and ports are read as plain rows; and what a
+    page's nodes share is worked out and encoded once. A set of card rows
+    (an HGX box's eight cards) comes to the same counts, problems, domain and
+    ``gpus`` JSON on every node that has it, and a set of port rows to the
+    same ``ib_ports`` JSON; each node's own columns are still its own.
+    What is shared is kept for one page only, so memory stays one page's.
+    """
+    now, size = now or timezone.now(), size or NODE_PAGE
+    domains, after = _domain_keys(), None
+    while True:
+        with cycles.uncollected():
+            page, after = _node_texts(usage, dumps, now, fields, domains, after, size)
+        if page:
+            yield page
+        if len(page) < size:
+            return
+
+
+def _node_texts(
+    usage: NodeUsage,
+    dumps: Callable[[Any], str],
+    now: datetime,
+    fields: frozenset[str] | None,
+    domains: Mapping[int, str],
+    after: str | None,
+    limit: int,
+) -> tuple[list[str], str | None]:
+    """The JSON of the first ``limit`` nodes by name after ``after``, and the last one's name."""
+    cards, ports = fields is None or "gpus" in fields, fields is None or "ib_ports" in fields
+    rows = Node.objects.order_by("name")
+    if after is not None:
+        rows = rows.filter(name__gt=after)
+    nodes = [_NodeRow(r) for r in values_decoded_once(rows[:limit], _NODE_LISTED, _NODE_LISTED_JSON)]
+    if not nodes:
+        return [], None
+    # The page's cards and ports by its range of names, not a list of its ids: the same rows (a node
+    # added in between is not in ``nodes``, so its rows go unread), without a 250-id query to build.
+    mine = Q(node__name__lte=nodes[-1].name) & (Q() if after is None else Q(node__name__gt=after))
+    decode = DecodedOnce()
+    columns = (*_CARD_COUNTED, *(_GPU_WIRING if cards else ()))
+    card_rows = _by_node(GPU.objects.filter(mine).order_by("node_id", "index"), columns, _CARD_JSON)
+    ports_of = IBPort.objects.filter(mine).order_by("node_id", "hca", "port")
+    port_rows = _by_node(ports_of, PORT_FIELDS, ("counters",)) if ports else {}
+    # Keyed by the rows themselves, so nodes share only what is the same row for row.
+    kinds: dict[tuple, _Cards] = {}
+    port_texts: dict[tuple, str] = {}
+    nearest: dict[tuple, tuple[str, str] | None] = {}
+    physical: dict[tuple, tuple[str, str]] = {}
+    out = []
+    for n in nodes:
+        mine = tuple(card_rows.get(n.pk, ()))
+        if (kind := kinds.get(mine)) is None:
+            kind = kinds[mine] = _Cards(mine, columns, decode, domains, nearest, dumps if cards else None)
+        by_class = kind.counts(usage.used.get(n.pk, set()))
+        view = _node_view_of(n, by_class, kind.unhealthy, kind.domain, len(usage.replicas.get(n.pk, ())), now)
+        text = dumps(view if fields is None else {k: v for k, v in view.items() if k in fields})
+        wiring = []
+        if cards:
+            wiring.append('"gpus":' + kind.listed)
+        if ports:
+            mine = tuple(port_rows.get(n.pk, ()))
+            if (listed := port_texts.get(mine)) is None:
+                listed = port_texts[mine] = dumps([_port_view(p, physical) for p in _port_rows(mine, decode)])
+            wiring.append('"ib_ports":' + listed)
+        if wiring:
+            # The view's JSON object with the cards and ports last, where node_pages puts them.
+            text = text[:-1] + ("," if text != "{}" else "") + ",".join(wiring) + "}"
+        out.append(text)
+    return out, nodes[-1].name
+
+
+def _by_node(rows: QuerySet, columns: tuple[str, ...], json_columns: tuple[str, ...] = ()) -> dict[int, list[tuple]]:
+    """Node id → its rows of ``columns`` (JSON as its text) in the queryset's order."""
+    out: dict[int, list[tuple]] = defaultdict(list)
+    for row in values_list_as_text(rows, ("node_id", *columns), json_columns):
+        out[row[0]].append(row[1:])
+    return out
+
+
+def _port_rows(rows: Iterable[tuple], decode: DecodedOnce) -> Iterator[dict[str, Any]]:
+    """Port rows of ``PORT_FIELDS`` (counters as text) as the values() rows ``_port_view`` reads."""
+    for row in rows:
+        p = dict(zip(PORT_FIELDS, row, strict=True))
+        p["counters"] = decode(p["counters"])
+        yield p
+
+
 def node_tiles(usage: NodeUsage) -> list[dict[str, Any]]:
     """Every node by name with what the console's strip of tiles shows of it, and no more.
 
@@ -285,8 +448,20 @@ def health_actions(node: Node, limit: int = 50) -> list[dict[str, Any]]:
 def _node_view(
     node: Node, gpus: list[dict], usage: NodeUsage, domains: Mapping[int, str], now: datetime
 ) -> dict[str, Any]:
-    used = usage.used.get(node.pk, set())
-    by_class = devices.count_by_class(gpus, used)
+    by_class = devices.count_by_class(gpus, usage.used.get(node.pk, set()))
+    unhealthy, domain = devices.out_of_placement(gpus), _node_domain(gpus, domains)
+    return _node_view_of(node, by_class, unhealthy, domain, len(usage.replicas.get(node.pk, ())), now)
+
+
+def _node_view_of(
+    node: Node | _NodeRow,
+    by_class: list[dict[str, Any]],
+    unhealthy: list[str],
+    domain: str | None,
+    replicas: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """A node's view (without its cards and ports), given what its GPUs come to: counts, problems, domain."""
     view: dict[str, Any] = {
         "id": node.name,
         "state": node.state,
@@ -296,8 +471,8 @@ def _node_view(
         **_totals(by_class),
         "devices": by_class,
         "gpu_classes": [c["class"] for c in by_class],
-        "unhealthy_gpus": devices.out_of_placement(gpus),
-        "replicas": len(usage.replicas.get(node.pk, ())),
+        "unhealthy_gpus": unhealthy,
+        "replicas": replicas,
         "warnings": _warnings(node),
     }
     _put(view, "hostname", node.hostname or None)
@@ -311,7 +486,6 @@ def _node_view(
     _put(view, "fabrics", None if node.fabrics is None else sorted(node.fabrics))
     _disk_space(view, node.disks)
     _liveness(view, node, now)
-    domain = _node_domain(gpus, domains)
     _put(view, "nvlink_domain", domain)
     _put(view, "imex", node.imex_state or None)
     channels = _channels(node.imex_channels)
