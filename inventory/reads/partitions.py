@@ -8,8 +8,15 @@ from inventory.models import FleetEvent
 
 
 def open_partitions() -> list[FleetEvent]:
-    """Every open partition event, oldest first."""
-    return list(FleetEvent.objects.filter(kind=FleetEvent.Kind.PARTITION, ended_at__isnull=True).order_by("started_at"))
+    """Every open partition event, oldest first; those of one start in the order they were found (widest first).
+
+    Partitions found in one sweep often share their start (their nodes fell
+    silent together), and PostgreSQL returns rows that tie in whatever order
+    it finds them, which an update of one changes: the lists a sweep returns
+    (which partitions ended) would come in either order.
+    """
+    events = FleetEvent.objects.filter(kind=FleetEvent.Kind.PARTITION, ended_at__isnull=True)
+    return list(events.order_by("started_at", "pk"))
 
 
 def describe(event: FleetEvent) -> dict:
