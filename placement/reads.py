@@ -35,6 +35,7 @@ from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
 from inventory.reads import nodes as inventory_nodes
+from inventory.reads import tiles as inventory_tiles
 from inventory.reads.nodes import NodeUsage
 from placement import snapshot as snap
 from placement.models import Autoscale, ColdStart, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
@@ -524,8 +525,8 @@ def node_list(
 
 
 def node_tiles() -> list[dict[str, Any]]:
-    """Every node as the console's strip of tiles shows it (``inventory.reads.nodes.node_tiles``)."""
-    return inventory_nodes.node_tiles(node_usage())
+    """Every node as the console's strip of tiles shows it (``inventory.reads.tiles.node_tiles``)."""
+    return inventory_tiles.node_tiles(node_usage())
 
 
 def node_pages(
