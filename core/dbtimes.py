@@ -44,6 +44,11 @@ def microseconds(value: int | datetime | None) -> int | None:
     return (value - EPOCH) // _MICROSECOND
 
 
+def datetime_of(us: int) -> datetime:
+    """Microseconds since the epoch as the aware datetime (UTC) they count to."""
+    return EPOCH + timedelta(microseconds=us)
+
+
 def now_microseconds(now: datetime) -> int:
     """An aware datetime as microseconds since the epoch."""
     return (now - EPOCH) // _MICROSECOND

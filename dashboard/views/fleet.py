@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, tzinfo
 from html import escape as html_escape
 from typing import Any
@@ -14,7 +15,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from dashboard.views import common
-from observability.findings import open_findings
+from observability.findings import open_findings_listed
 from observability.fleet_summary import summary
 from placement.reads import node_tiles
 
@@ -38,8 +39,13 @@ _NAME_MARK = "NODE-NAME-MARK"
 _PATH_SAFE = "!$&'()*+,;=/~:@"
 
 
+# What html.escape replaces: a value with none of these (most names, every count) is its own escape.
+_SPECIAL = re.compile("[&<>\"']")
+
+
 def _escape(value: Any) -> str:
-    return html_escape(str(value))
+    text = str(value)
+    return html_escape(text) if _SPECIAL.search(text) else text
 
 
 def tiles(nodes: list[dict[str, Any]]) -> SafeString:
@@ -100,7 +106,7 @@ def context() -> dict[str, Any]:
     nodes = node_tiles()  # what a tile shows of each node: the full views were most of a large fleet's page
     for n in nodes:
         n["condition"] = node_condition(n)
-    findings = open_findings()
+    findings = open_findings_listed()  # without last_seen, which the page does not show
     return {
         "summary": summary(),
         "nodes": nodes,
