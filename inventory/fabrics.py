@@ -737,6 +737,42 @@ def node_fabric_labels(rows: Iterable[PortName]) -> dict[str, str]:
     made as the analysis makes it: the names declared on the fabric by the
     most nodes first, else its SM at the LID most of its ports reach it at.
     """
+    keys, physical = _named_fabrics(rows)
+    label = {ph.key: ph.label for ph in physical}
+    return {node: label[key] for node, key in keys.items()}
+
+
+def sm_report(
+    rows: Iterable[PortName], sm_changes: Iterable[SMChange] = (), now: datetime | None = None
+) -> FabricReport:
+    """The part of ``analyze`` the doctor sweep reads, from what names the fabrics (:class:`PortName` rows).
+
+    The same as ``analyze(ports, sm_changes, now)`` gives for: ``fabric_of``
+    of every node; each physical fabric's key, label, declared names, SM
+    (GUID and LID) and SM history (``sms``); and the ``sm_flapping``
+    problems, in the analysis' order. Nothing else: no other problem, and the
+    fabrics' nodes, ports and rates are empty (``why_no_fabric`` does not say
+    why). At 10,000 nodes the whole analysis (seventy thousand ports, their
+    counters compared) was most of a sweep that needed only this.
+    """
+    now = _aware(now or datetime.now(UTC))
+    keys, physical = _named_fabrics(rows)
+    events = _sm_events(sm_changes, {p.sm_guid for p in physical if p.sm_guid})
+    problems: list[Problem] = []
+    for ph in physical:
+        ph.sms = [e for e in events if ph.sm_guid and ph.sm_guid in (e.old, e.new)]
+        problems += _sm_problems(ph, now)
+    problems.sort(key=lambda p: (_KIND_ORDER.index(p.kind), p.physical or "", p.node or "", p.hca or "", p.port or 0))
+    physical.sort(key=lambda p: (p.label, p.key))
+    return FabricReport(physical, problems, {node: [key] for node, key in keys.items()}, {})
+
+
+def _named_fabrics(rows: Iterable[PortName]) -> tuple[dict[str, str], list[PhysicalFabric]]:
+    """Node → its one physical fabric key, and every physical fabric with a live port, labelled as ``analyze`` does.
+
+    The fabrics carry their key, kind, declared names, SM GUID and LID (or
+    RoCE network) and label; not their nodes, ports or rate.
+    """
     rows = list(rows)
     keys = node_fabric_keys(PortLink(r.node, r.state, r.link_layer, r.network, r.sm_guid) for r in rows)
     names: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
@@ -762,12 +798,13 @@ def node_fabric_labels(rows: Iterable[PortName]) -> dict[str, str]:
                 declared=[n for n, _ in sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))],
                 nodes=[],
                 ports=[],
+                sm_guid=None if roce else key.partition(":")[2],
                 sm_lid=_most_common(counts),
+                network=key.partition(":")[2] if roce else None,
             )
         )
     _label(physical)
-    label = {ph.key: ph.label for ph in physical}
-    return {node: label[key] for node, key in keys.items()}
+    return keys, physical
 
 
 def _split_nodes(

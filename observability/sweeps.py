@@ -29,8 +29,8 @@ What a sweep looks for (kind: subject):
 How one sweep runs:
 
 1. Load the fleet once into plain data (:func:`load`), in a fixed number of
-   queries; the fabric analysis is the one the API and placement read
-   (inventory.fabric_inventory).
+   queries; of the fabric analysis the API and placement read
+   (inventory.fabric_inventory), the part the rules use (``sm_inventory``).
 2. Apply the rules (:func:`find`), pure functions of that data.
 3. Record (:func:`record`), in one transaction: a finding not open yet is
    created; an open one gets its ``last_seen``, message and severity
@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 
 from catalog.models import CatalogModel
 from core import cycles
@@ -52,7 +53,7 @@ from core.jsonrows import values_decoded_once
 from core.models import Finding, Severity
 from inventory import fabrics, failure_rules, health_rules, nvlink_rules
 from inventory.devices import mig_label
-from inventory.fabric_inventory import analyze_inventory
+from inventory.fabric_inventory import sm_inventory
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
 from inventory.reachability import LossRules
@@ -103,8 +104,9 @@ class GpuFact:
 @dataclass
 class Fleet:
     nodes: dict[str, NodeFact] = field(default_factory=dict)
-    gpus: list[GpuFact] = field(default_factory=list)
+    gpus: list[GpuFact] = field(default_factory=list)  # load: the cards a rule can find something in (cards_to_read)
     domain_names: dict[str, str] = field(default_factory=dict)  # key -> a name for people
+    # What split_fabrics and sm_changed read of the fabric analysis: load gives sm_report's part of it.
     fabric_report: fabrics.FabricReport | None = None
     parked: list[tuple[str, datetime, str]] = field(default_factory=list)
     partitions: list[dict] = field(default_factory=list)
@@ -135,6 +137,26 @@ GPU_FACTS = (
 GPU_FACTS_JSON = ("health", "ecc", "remapped_rows", "retired_pages", "previous_memory")
 
 
+def cards_to_read(now: datetime) -> QuerySet:
+    """The GPU rows a rule can find something in, in the order of all of them (by node name, then index).
+
+    Every card of a node with a card that joined or may name an NVLink domain
+    (the domain rules read all of such a node's cards), a card with any
+    health word, and a card whose memory counters changed within the rising
+    window of ``now``. The rest (at 10,000 nodes some 64,000 of 71,000 rows:
+    healthy HGX cards, whose all-zero UUID names no domain) can give no
+    finding, so reading them was most of a sweep for nothing. The conditions
+    are wider than the rules, never narrower: a UUID of only zeros and dashes
+    is the one kind that surely names no domain (nvlink_rules.cluster_uuid);
+    tests/observability/test_sweep_rows.py holds the findings to those of every row.
+    """
+    window = timedelta(seconds=health_rules.RISING_WINDOW_S)
+    in_domains = GPU.objects.filter(Q(domain__isnull=False) | ~Q(cluster_uuid__regex=r"^[0-]*$")).values("node_id")
+    return GPU.objects.filter(
+        Q(node_id__in=in_domains) | ~Q(health=[]) | Q(memory_changed_at__range=(now - window, now))
+    )
+
+
 def load(now: datetime) -> Fleet:
     # A row object for every GPU of the fleet, none in a cycle (core.cycles).
     with cycles.uncollected():
@@ -152,7 +174,7 @@ def _load(now: datetime) -> Fleet:
         keys[pk] = f"{uuid}/{clique}"
         fleet.domain_names[keys[pk]] = name or keys[pk]
     # Each distinct JSON value decoded once: a healthy card's counters are every healthy card's (core.jsonrows).
-    rows = values_decoded_once(GPU.objects.all(), GPU_FACTS, GPU_FACTS_JSON)
+    rows = values_decoded_once(cards_to_read(now), GPU_FACTS, GPU_FACTS_JSON)
     for node, index, parent, state, domain_id, uuid, clique, health, ecc, remap, retired, before, changed in (
         r.values() for r in rows
     ):
@@ -170,7 +192,9 @@ def _load(now: datetime) -> Fleet:
                 changed,
             )
         )
-    fleet.fabric_report = analyze_inventory(now)
+    # Of the fabric analysis the rules read each node's fabric and the SM problems: its part that reads only
+    # them (inventory.fabrics.sm_report), where the whole analysis of every port was most of a large sweep.
+    fleet.fabric_report = sm_inventory(now)
     fleet.holds = list(CardHold.objects.values_list("node__name", "gpu_index", "since", "reason"))
     fleet.health_cordons = list(Node.objects.exclude(health_cordon="").values_list("name", "health_cordon"))
     fleet.parked = list(

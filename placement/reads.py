@@ -27,13 +27,15 @@ from catalog.models import CatalogModel
 from catalog.prefetch import holders as weight_holders
 from catalog.prefetch import holders_of as weight_holders_of
 from catalog.reads import model_rows, model_view
-from core import cycles
+from core import cycles, dbtimes
 from core.config import number
+from core.jsonrows import values_decoded_once
 from inventory.devices import mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
 from inventory.reads import nodes as inventory_nodes
+from inventory.reads import tiles as inventory_tiles
 from inventory.reads.nodes import NodeUsage
 from placement import snapshot as snap
 from placement.models import Autoscale, ColdStart, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
@@ -54,16 +56,47 @@ def gpu_holders() -> QuerySet:
     return Shard.objects.order_by().values_list("node_id", "gpu_indices")
 
 
-# What the replica list reads of each replica's model, profile and NVLink domain: their other columns
-# (the model's and profile's JSON above all) were decoded once per replica and never shown. A starting
-# replica's start view reads the model's name and source, as cold_start does.
-_LISTED_RELATED = (
+# What the replica list reads of each replica, as values() rows: building a Replica, and its model,
+# profile and NVLink domain, for each of thousands of replicas was most of the list's time at
+# 10,000 nodes. A starting replica's start view reads the model's name and source, as cold_start does.
+# Its two times are read as microseconds (core.dbtimes): the list only says how long ago they were.
+_LISTED = (
+    "pk",
+    "model_id",
     "model__name",
     "model__source",
+    "profile_id",
+    "profile_name",
+    "profile_fingerprint",
     "profile__fingerprint",
+    "state",
+    "pool",
+    "fabric",
+    "nvlink_domain_id",
     "nvlink_domain__cluster_uuid",
     "nvlink_domain__clique_id",
+    "endpoint",
+    "error",
+    "replaces_id",
+    "created_us",
+    "last_used_us",
 )
+_SHARD_LISTED = (
+    "replica_id",
+    "node_id",
+    "node__name",
+    "rank",
+    "gpu_indices",
+    "state",
+    "error",
+    "fetch_source",
+    "fetch_done",
+    "fetch_total",
+    "phases",
+)
+_SHARD_JSON = ("gpu_indices", "phases")
+# A shard in these states shows a download (fetch_view): only for them is what an agent reported read.
+_FETCHING = ("pending", "fetching")
 
 
 def replica_list(model: str | None = None, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -73,33 +106,26 @@ def replica_list(model: str | None = None, now: datetime | None = None) -> list[
 
 
 def _replica_list(model: str | None, now: datetime) -> list[dict[str, Any]]:
-    replicas = (
-        Replica.objects.select_related("model", "profile", "nvlink_domain")
-        .only(*(f.name for f in Replica._meta.concrete_fields), *_LISTED_RELATED)
-        .order_by("model__name", "created_at")
+    replicas = dbtimes.with_microseconds(
+        Replica.objects.order_by("model__name", "created_at"), created_us="created_at", last_used_us="last_used_at"
     )
     if model:
         replicas = replicas.filter(model__name=model)
-    replicas = list(replicas)
+    rows = list(replicas.values(*_LISTED))
     shards: dict[str, list[dict]] = defaultdict(list)
-    rows = Shard.objects.filter(replica__in=[r.pk for r in replicas]) if model else Shard.objects.all()
-    for s in rows.values(
-        "replica_id",
-        "node_id",
-        "node__name",
-        "rank",
-        "gpu_indices",
-        "state",
-        "error",
-        "fetch_source",
-        "fetch_done",
-        "fetch_total",
-        "phases",
-    ):
+    # The shards in any order (each replica's are sorted by rank below), each distinct JSON value of
+    # their GPU indices and phases decoded once (core.jsonrows): a fleet's shards repeat them.
+    of = Shard.objects.filter(replica__in=[r["pk"] for r in rows]) if model else Shard.objects.all()
+    for s in values_decoded_once(of.order_by(), _SHARD_LISTED, _SHARD_JSON):
         shards[s["replica_id"]].append(s)
-    reported = _reported_fetches({s["node_id"] for group in shards.values() for s in group})
-    starts = _starts(replicas)
-    views = [_replica_view(r, shards.get(r.pk, []), reported, now) for r in replicas]
+    # What the agents reported is read only when some shard shows a download, and then as before, from
+    # every node with a shard listed: the shard ids are looked up among all their reports.
+    listed = [s for group in shards.values() for s in group]
+    fetching = any(s["state"] in _FETCHING for s in listed)
+    reported = _reported_fetches({s["node_id"] for s in listed}) if fetching else {}
+    starts = _starts(rows)
+    now_us = dbtimes.now_microseconds(now)
+    views = [_replica_view(r, shards.get(r["pk"], []), reported, now_us) for r in rows]
     for view in views:
         if view["id"] in starts:
             view["start"] = starts[view["id"]]
@@ -116,25 +142,34 @@ def _reported_fetches(node_ids: set[int]) -> dict[str, dict]:
     return out
 
 
-def _replica_view(r: Replica, shards: list[dict], reported: dict[str, dict], now: datetime) -> dict[str, Any]:
+def _replica_view(r: dict[str, Any], shards: list[dict], reported: dict[str, dict], now_us: int) -> dict[str, Any]:
+    """One replica of the list from its values() row (``_LISTED``) and its shards' rows; ``now_us`` in microseconds."""
+    # Replica.stale, from the row: a replica with no recorded fingerprint or no profile is not stale.
+    stale = bool(r["profile_fingerprint"]) and r["profile_id"] is not None
+    last_used = dbtimes.microseconds(r["last_used_us"])
     view: dict[str, Any] = {
-        "id": r.pk,
-        "model": r.model.name,
-        "profile": r.profile_name,
-        "stale": r.stale,
-        "state": r.state,
-        "age_seconds": max(0, int((now - r.created_at).total_seconds())),
-        "idle_seconds": -1 if r.last_used_at is None else max(0, int((now - r.last_used_at).total_seconds())),
+        "id": r["pk"],
+        "model": r["model__name"],
+        "profile": r["profile_name"],
+        "stale": stale and r["profile__fingerprint"] != r["profile_fingerprint"],
+        "state": r["state"],
+        "age_seconds": dbtimes.whole_seconds_since(now_us, dbtimes.microseconds(r["created_us"])),
+        "idle_seconds": -1 if last_used is None else dbtimes.whole_seconds_since(now_us, last_used),
         "gpus": sum(len(s["gpu_indices"] or []) for s in shards),
-        "shards": [_shard_view(r.pk, s, reported) for s in sorted(shards, key=lambda s: s["rank"])],
+        "shards": [_shard_view(r["pk"], s, reported) for s in sorted(shards, key=lambda s: s["rank"])],
     }
+    domain = (
+        NVLinkDomain.key_of(r["nvlink_domain__cluster_uuid"], r["nvlink_domain__clique_id"])
+        if r["nvlink_domain_id"] is not None
+        else ""
+    )
     for key, value in (
-        ("pool", r.pool),
-        ("fabric", r.fabric),
-        ("nvlink_domain", r.nvlink_domain.key if r.nvlink_domain else ""),
-        ("endpoint", r.endpoint),
-        ("error", r.error),
-        ("replaces", r.replaces_id or ""),
+        ("pool", r["pool"]),
+        ("fabric", r["fabric"]),
+        ("nvlink_domain", domain),
+        ("endpoint", r["endpoint"]),
+        ("error", r["error"]),
+        ("replaces", r["replaces_id"] or ""),
     ):
         if value:
             view[key] = value
@@ -157,7 +192,7 @@ def _shard_view(replica_id: str, s: dict, reported: dict[str, dict]) -> dict[str
     if fetch is not None:
         view["fetch"] = fetch
     if s.get("phases"):
-        view["phases"] = s["phases"]
+        view["phases"] = dict(s["phases"]) if isinstance(s["phases"], dict) else s["phases"]
     return view
 
 
@@ -282,26 +317,42 @@ def cold_start(model_id: int) -> dict[str, Any] | None:
     return start_view(model, starting, shard, samples)
 
 
-def _starts(replicas: list[Replica]) -> dict[str, dict[str, Any]]:
-    """The start view of each replica still starting, for the replica list.
+def _starts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The start view of each replica still starting, for the replica list (its values() rows, ``_LISTED``).
 
     Three queries for all of them together (their rank 0 shards, their
     models' recent starts, the nodes holding their weights), none when no
     replica is starting: a cold-start storm of hundreds of replicas must not
     make the list cost a query each.
     """
-    starting = [r for r in replicas if r.state in (ReplicaState.PENDING, ReplicaState.STARTING)]
+    starting = [r for r in rows if r["state"] in (ReplicaState.PENDING, ReplicaState.STARTING)]
     if not starting:
         return {}
+    # The replicas and their models as .only() would build them from the rows read (the model's name
+    # and source, all start_view reads of it), one model instance per model, without another query.
+    db = Replica.objects.db
+    models = {
+        r["model_id"]: CatalogModel.from_db(
+            db, ["id", "name", "source"], [r["model_id"], r["model__name"], r["model__source"]]
+        )
+        for r in starting
+    }
+    replicas = []
+    for r in starting:
+        replica = Replica.from_db(
+            db, ["id", "model_id", "profile_name", "state"], [r["pk"], r["model_id"], r["profile_name"], r["state"]]
+        )
+        replica.model = models[r["model_id"]]
+        replicas.append(replica)
     rank0 = {
         s.replica_id: s
-        for s in Shard.objects.filter(replica__in=[r.pk for r in starting], rank=0).select_related("node")
+        for s in Shard.objects.filter(replica__in=[r.pk for r in replicas], rank=0).select_related("node")
     }
-    samples = _samples_of({r.model_id for r in starting})
-    held = weight_holders_of({r.model_id: r.model for r in starting}.values())
+    samples = _samples_of(set(models))
+    held = weight_holders_of(models.values())
     return {
         r.pk: start_view(r.model, r, rank0.get(r.pk), samples.get((r.model_id, r.profile_name), []), held[r.model_id])
-        for r in starting
+        for r in replicas
     }
 
 
@@ -474,8 +525,8 @@ def node_list(
 
 
 def node_tiles() -> list[dict[str, Any]]:
-    """Every node as the console's strip of tiles shows it (``inventory.reads.nodes.node_tiles``)."""
-    return inventory_nodes.node_tiles(node_usage())
+    """Every node as the console's strip of tiles shows it (``inventory.reads.tiles.node_tiles``)."""
+    return inventory_tiles.node_tiles(node_usage())
 
 
 def node_pages(

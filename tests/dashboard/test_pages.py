@@ -313,6 +313,43 @@ def test_the_fleet_pages_tiles_are_the_bytes_the_template_loop_drew(db):
     assert len(nodes) == len(sims) + 1 and any(n.get("nvlink_domain") for n in nodes)
 
 
+# The doctor's findings as the fleet fragment's template loop drew them before the view built them.
+FINDING_LOOP = (
+    "{% for f in findings %}<li class=\"{% if f.severity == 'critical' %}bad{% else %}warn{% endif %}\">"
+    '<strong>{{ f.subject }}</strong>: {{ f.message }} <small>since {{ f.first_seen|date:"Y-m-d H:i" }}</small></li>'
+    "{% endfor %}"
+)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/St_Johns", "Asia/Kathmandu"])
+def test_the_fleet_pages_findings_are_the_bytes_the_template_loop_drew(db, zone):
+    """Odd characters escaped, both severities, and times near midnight in the current zone, shared and not."""
+    from datetime import UTC, datetime
+
+    from django.template import engines
+
+    from dashboard.views import fleet as view
+    from observability.findings import open_findings
+
+    shared = datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    times = [shared, shared, datetime(2026, 1, 1, 0, 0, tzinfo=UTC), datetime(999, 3, 4, 5, 6, tzinfo=UTC)]
+    for i, (at, severity) in enumerate(zip(times, [Severity.CRITICAL, Severity.WARNING] * 2, strict=True)):
+        Finding.objects.create(
+            kind="node_silent",
+            subject=f"n<{i}>&\"'",
+            message=f"it's <b>{i}</b> & more",
+            severity=severity,
+            first_seen=at,
+            last_seen=at,
+        )
+    with timezone.override(zone):
+        findings = open_findings()
+        want = engines["django"].from_string(FINDING_LOOP).render({"findings": findings})
+        assert str(view.finding_items(findings)) == want
+        assert view.context()["finding_items"] == want
+    assert want.count('<li class="bad">') == 2 and "&lt;b&gt;" in want and "0999-03-04" in want
+
+
 def test_a_fabric_without_a_scan_says_so_and_one_with_a_scan_is_drawn_with_our_adapters(operator, fleet):
     fabric = fabric_id()
     page = operator.get(f"/admin/fabrics/{fabric}/").content.decode()

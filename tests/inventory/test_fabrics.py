@@ -21,6 +21,7 @@ from inventory.fabrics import (
     fabric_id,
     node_fabric_keys,
     node_fabric_labels,
+    sm_report,
 )
 
 NORTH_SM = "0x248a0703005d1b01"
@@ -511,6 +512,34 @@ def test_the_nodes_fabric_labels_alone_are_the_whole_analysis_answer(ports: list
     # As the database reads them: alike ports of a node as one row, with how many they are.
     grouped = Counter(rows)
     assert node_fabric_labels([row._replace(ports=n) for row, n in grouped.items()]) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(ports=st.lists(_ports, max_size=25), changes=st.lists(_changes, max_size=8))
+def test_the_sm_report_is_the_whole_analysis_answer_where_the_sweep_reads_it(
+    ports: list[PortFacts], changes: list[SMChange]
+) -> None:
+    """The doctor sweep reads each node's fabric, the fabrics' names and SM histories, and the SM problems."""
+    full = analyze(ports, changes, NOW)
+    rows = [PortName.of(p) for p in ports]
+    for lean in (
+        sm_report(rows, changes, NOW),
+        sm_report([r._replace(ports=n) for r, n in Counter(rows).items()], changes, NOW),
+    ):
+        assert {n: lean.fabric_of(n) for n in {p.node for p in ports}} == {
+            n: full.fabric_of(n) for n in {p.node for p in ports}
+        }
+        assert lean.problems == [p for p in full.problems if p.kind == "sm_flapping"]
+        assert [p.key for p in lean.physical] == [p.key for p in full.physical]
+        for ph in lean.physical:
+            whole = full.fabric(ph.key)
+            assert (ph.label, ph.declared, ph.sm_guid, ph.sm_lid, ph.sms) == (
+                whole.label,
+                whole.declared,
+                whole.sm_guid,
+                whole.sm_lid,
+                whole.sms,
+            )
 
 
 def test_the_nodes_fabrics_alone_on_the_stories() -> None:
