@@ -35,6 +35,23 @@ def mig_label(index: int) -> str:
 
 
 # Nearness of an adapter to a card, as nvidia-smi topo prints it, nearest first.
+GPU_NUMBER_LIMIT = 10**10
+"""A holder's entry at or past this names no GPU: ten digits, past any GPU number (inventory.reads.gpu_counts'
+SQL reads the same, so its cast cannot overflow)."""
+
+
+def held_indices(entries: Any) -> list[int]:
+    """The GPUs a holder names (a shard's ``gpu_indices``): its whole numbers from 0 up, in its order.
+
+    The one reading of it, for the counts, the node list and placement's
+    snapshot alike. Anything else holds nothing: JSON true is no GPU 1, "3"
+    no GPU 3, 2.0 no GPU 2, and a value that is not a list no GPU at all.
+    """
+    if not isinstance(entries, list):
+        return []
+    return [i for i in entries if type(i) is int and 0 <= i < GPU_NUMBER_LIMIT]
+
+
 NEARNESS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 HELD_MIG_EMPTY = "in MIG mode with no instances"

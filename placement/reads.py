@@ -30,7 +30,7 @@ from catalog.reads import model_rows, model_view
 from core import cycles, dbtimes
 from core.config import number
 from core.jsonrows import values_decoded_once
-from inventory.devices import mig_label
+from inventory.devices import held_indices, mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
@@ -182,8 +182,8 @@ def _shard_view(replica_id: str, s: dict, reported: dict[str, dict]) -> dict[str
         "id": sid,
         "node": s["node__name"],
         "rank": s["rank"],
-        "gpus": [i for i in s["gpu_indices"] or [] if isinstance(i, int)],
-        "gpu_labels": [mig_label(i) for i in s["gpu_indices"] or [] if isinstance(i, int)],
+        "gpus": held_indices(s["gpu_indices"]),
+        "gpu_labels": [mig_label(i) for i in held_indices(s["gpu_indices"])],
         "state": s["state"],
     }
     if s["error"]:
@@ -580,7 +580,7 @@ def node_shards(node: Node) -> list[dict[str, Any]]:
             "replica": s.replica_id,
             "model": s.replica.model.name,
             "rank": s.rank,
-            "gpus": [mig_label(i) for i in s.gpu_indices or [] if isinstance(i, int)],
+            "gpus": [mig_label(i) for i in held_indices(s.gpu_indices)],
             "state": s.state,
         }
         agent = reported.get(sid) or {}

@@ -21,6 +21,7 @@ from catalog.models import CatalogModel, Profile
 from catalog.reads import source_refers_to
 from core.jsonrows import PerValue, values_decoded_once
 from inventory import fabric_inventory, failure_rules
+from inventory.devices import held_indices
 from inventory.fabrics import FabricReport
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
@@ -311,7 +312,7 @@ def _replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
     rows = Shard.objects.order_by("replica_id", "rank").values_list("replica_id", "node__name", "rank", "gpu_indices")
     for replica_id, node, rank, gpus in rows:
         if node in live_nodes:
-            shards[replica_id].append(ShardInfo(node=node, rank=rank, gpus=tuple(int(i) for i in gpus)))
+            shards[replica_id].append(ShardInfo(node=node, rank=rank, gpus=tuple(held_indices(gpus))))
     return [
         ReplicaInfo(
             id=rid,

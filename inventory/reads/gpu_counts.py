@@ -81,14 +81,8 @@ def _used(holders: Iterable[tuple[int, Any]]) -> dict[int, set[int]]:
     """Node id → the GPU indices something holds there; anything but a list of integers holds nothing."""
     used: dict[int, set[int]] = defaultdict(set)
     for node_id, indices in holders:
-        if isinstance(indices, list):
-            used[node_id].update(i for i in indices if is_index(i))
+        used[node_id].update(devices.held_indices(indices))
     return used
-
-
-def is_index(value: Any) -> bool:
-    """Whether a holder's entry names a GPU: an integer, and not a boolean (JSON true is no GPU 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _counted_row_by_row(holders: QuerySet) -> DeviceCounts:

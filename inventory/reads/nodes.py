@@ -65,7 +65,7 @@ class NodeUsage:
         self.used: dict[int, set[int]] = defaultdict(set)
         self.replicas: dict[int, set[str]] = defaultdict(set)
         for node_id, indices, replica_id in rows:
-            self.used[node_id].update(i for i in indices or [] if isinstance(i, int))
+            self.used[node_id].update(devices.held_indices(indices))
             self.replicas[node_id].add(replica_id)
 
 

@@ -84,8 +84,8 @@ def test_a_varied_fleet_gives_the_tiles_the_gpu_rows_gave():
     assert "nvlink_domain" in by["nvl72-00-tray-00"] and "nvlink_domain" not in by["nvl72-00-tray-01"]
     assert "nvlink_domain" not in by["nvl72-00-tray-02"] and by["cpu-00"]["gpu_total"] == 0
     assert by["hgx-000"]["gpu_free"] == by["hgx-000"]["gpu_total"] - 3
-    # 5 is unhealthy, 6 held, and true is GPU 1 as the node list reads its holders (NodeUsage's word).
-    assert by["hgx-002"]["gpu_free"] == by["hgx-002"]["gpu_total"] - 3
+    # 5 is unhealthy and 6 held; true is no GPU 1 (inventory.devices.held_indices, every reader's word).
+    assert by["hgx-002"]["gpu_free"] == by["hgx-002"]["gpu_total"] - 2
     assert tiles.node_tiles(node_usage()) == want, "the public entry takes the database path here"
 
 
