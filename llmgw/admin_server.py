@@ -39,6 +39,7 @@ import signal
 import socket
 import sys
 
+from core import config, dbpool
 from llmgw.listener_processes import GRACEFUL_S, inherited_socket
 
 
@@ -48,8 +49,6 @@ def serve(*, host: str | None = None, port: int | None = None, sock: socket.sock
     Then the heartbeats this process queued are written, before it ends.
     """
     import uvicorn
-
-    from core import config, dbpool
 
     # Before llmgw.asgi sets Django up: no connection of this process's is open yet (in llmgw serve's
     # own process, serve.main did this before its first).

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from core import config, tracing
+from core import config, dbpool, tracing
 from llmgw.children import die_with_parent
 from llmgw.listener_processes import ListenerProcesses, listen
 
@@ -231,8 +231,6 @@ def main(argv: list[str]) -> int:
     if problem:
         return fail(f"configuration error: LLMGW_DATABASE_URL: the database cannot be reached: {problem}")
     if cfg.admin_workers == 1:
-        from core import dbpool
-
         # This process serves the admin listener itself (run_admin): its connections come from the pool
         # its requests will share, from the migration's on. Not the check's above: against a database
         # that does not answer, a pool would only have said that it timed out.
