@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from core import cycles
 from dashboard.racks import RackRenderer
 from dashboard.views import common
 from inventory.models import NVLinkDomain
@@ -38,19 +39,26 @@ def _entry(pk: int | None, domain: dict[str, Any]) -> dict[str, Any]:
     return {"pk": pk, "domain": domain, "rack": rack, "nodes": [n["node"] for n in domain["nodes"]]}
 
 
+# The racks are drawn with the cycle collector held off (core.cycles): a page of 100 NVL72 racks
+# builds some 100,000 small objects, none in a cycle, and the collector's passes over them were a
+# sixth of its time.
+
+
 def page(request: HttpRequest) -> HttpResponse:
-    return common.page(
-        request,
-        "dashboard/nvlink.html",
-        {"racks": racks()},
-        title="NVLink domains",
-        section="nvlink",
-        socket="/ws/console/fleet/",
-    )
+    with cycles.uncollected():
+        return common.page(
+            request,
+            "dashboard/nvlink.html",
+            {"racks": racks()},
+            title="NVLink domains",
+            section="nvlink",
+            socket="/ws/console/fleet/",
+        ).render()
 
 
 def racks_fragment(request: HttpRequest) -> HttpResponse:
-    return common.fragment(request, "dashboard/fragments/racks.html", {"racks": racks()})
+    with cycles.uncollected():
+        return common.fragment(request, "dashboard/fragments/racks.html", {"racks": racks()})
 
 
 def _one(pk: int) -> dict[str, Any]:

@@ -16,10 +16,11 @@ the first thing to find out.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Q
 
+from core import cycles
 from inventory import nvlink_rules
 from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
@@ -41,8 +42,24 @@ CARD_FIELDS = (
 NODE_FIELDS = ("pk", "name", "state", "reachable", "imex_state", "imex_channels")
 
 
+class _NodeRow(NamedTuple):
+    """What the report reads of a node (:data:`NODE_FIELDS`), as a row."""
+
+    pk: int
+    name: str
+    state: str
+    reachable: bool
+    imex_state: str
+    imex_channels: list[int] | None
+
+
 def nvlink_report() -> dict[str, Any]:
     """Every NVLink domain with its nodes; nodes trying to join none under ``unassigned``."""
+    with cycles.uncollected():
+        return _report()
+
+
+def _report() -> dict[str, Any]:
     domains = {d.pk: d for d in NVLinkDomain.objects.all()}
     by_key = {k: pk for pk, d in domains.items() if (k := nvlink_rules.claimed_key(d.cluster_uuid, d.clique_id))}
     with_fabric = GPU.objects.filter(parent_index__isnull=True).exclude(fabric_state="")
@@ -61,7 +78,8 @@ def nvlink_report() -> dict[str, Any]:
         if home is not None or any(_trying(c) for c in node_cards):
             members[home].append(node_id)
     member_ids = [i for ids in members.values() for i in ids]
-    nodes = {n.pk: n for n in Node.objects.filter(pk__in=member_ids).only(*NODE_FIELDS)}
+    # Plain rows, not model instances: building 1,800 deferred Node instances was a fifth of the report.
+    nodes = {n.pk: n for n in map(_NodeRow._make, Node.objects.filter(pk__in=member_ids).values_list(*NODE_FIELDS))}
     out = [
         _domain_view(d, [_node_view(nodes[i], cards[i], d.pk) for i in members.get(pk, [])])
         for pk, d in sorted(domains.items(), key=lambda kv: kv[1].name or kv[1].key)
@@ -129,7 +147,7 @@ def _card_reason(card: dict, domain_pk: int | None) -> str | None:
     return f"gpu {label} joined another domain" if card["domain_id"] else f"gpu {label} joined no domain"
 
 
-def _node_view(node: Node, cards: list[dict], domain_pk: int | None) -> dict[str, Any]:
+def _node_view(node: _NodeRow, cards: list[dict], domain_pk: int | None) -> dict[str, Any]:
     cards = sorted(cards, key=lambda c: c["index"])
     out = [r for c in cards if (r := _card_reason(c, domain_pk))]
     out += _imex_reasons(node)
@@ -156,7 +174,7 @@ def _node_view(node: Node, cards: list[dict], domain_pk: int | None) -> dict[str
     return view
 
 
-def _imex_reasons(node: Node) -> list[str]:
+def _imex_reasons(node: _NodeRow) -> list[str]:
     """IMEX must be up with a channel for memory to be shared across nodes; not reported is said as such."""
     state = (node.imex_state or "").strip().lower()
     if not state:

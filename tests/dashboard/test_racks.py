@@ -166,3 +166,42 @@ def test_the_chips_filter_draws_the_bytes_the_template_loop_drew(nvl72):
     loop = engines["django"].from_string(CHIP_LOOP).render({"chips": chips})
     assert loop == "\n    " + chips_svg(chips) + "\n"
     assert any(not c.healthy for c in chips) and len(chips) == 73
+
+
+# A rack's trays as rack.svg's loop over them drew them before the console's trays_svg filter did.
+TRAY_LOOP = """{% load l10n console %}{% localize off %}
+  {% for tray in rack.trays %}
+  <g class="tray" data-tray="{{ tray.node }}" data-state="{{ tray.state }}">
+    <title>{{ tray.title }}</title>
+    <line class="link" x1="{{ tray.link.0 }}" y1="{{ tray.mid }}" x2="{{ tray.link.1 }}" y2="{{ tray.mid }}"/>
+    <rect class="tray-body" x="{{ tray.x }}" y="{{ tray.y }}" width="{{ tray.w }}" height="{{ tray.h }}" rx="3"/>
+    <text class="tray-label" x="{{ tray.label_x }}" y="{{ tray.text_y }}">{{ tray.label }}</text>
+    {{ tray.chips|chips_svg }}
+    <circle class="imex" data-imex="{{ tray.imex }}" cx="{{ tray.imex_x }}" cy="{{ tray.mid }}" r="3"><title>IMEX {{ tray.imex }}</title></circle>
+  </g>
+  {% endfor %}
+{% endlocalize %}"""  # noqa: E501
+
+
+def test_the_trays_filter_draws_the_bytes_the_template_loop_drew(nvl72, settings):
+    from django.template import engines
+    from django.utils import translation
+
+    from dashboard.racks import Tray
+    from dashboard.templatetags.console import trays_svg
+
+    F.tray_leave(nvl72["nvl72-00-tray-00"])
+    ingest(nvl72["nvl72-00-tray-00"])
+    F.imex_down(nvl72["nvl72-00-tray-07"])
+    ingest(nvl72["nvl72-00-tray-07"])
+    Node.objects.filter(name="nvl72-00-tray-01").update(reachable=False)
+    rack = rack_of(nvlink_report())
+    odd = Tray(node='odd<&"> tray', label="<b>", y=1000.5, state="out", chips=[], imex="down", title='a "b" & c')
+    rack.trays.append(odd)
+    settings.USE_THOUSAND_SEPARATOR = True
+    for language in ("en", "de"):
+        with translation.override(language):
+            loop = engines["django"].from_string(TRAY_LOOP).render({"rack": rack})
+            assert loop == "\n  " + trays_svg(rack.trays) + "\n"
+    assert {t.state for t in rack.trays} == {"in", "out", "unreachable"} and len(rack.trays) == 19
+    assert 'data-tray="odd&lt;&amp;&quot;&gt; tray"' in trays_svg(rack.trays)
