@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 from rest_framework import exceptions
 
 from catalog.models import CatalogModel
-from core import cycles, histograms
+from core import cycles, dbtimes, histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
 from gateway import metrics as gateway_metrics
@@ -142,10 +142,14 @@ class FleetCollector(Collector):
         self.now = now
 
     def collect(self) -> Iterator[Metric]:
-        nodes = list(Node.objects.values_list("pk", "name", "state", "reachable", "lost", "last_seen", "imex_state"))
+        # The last heartbeat as microseconds (core.dbtimes): building 10,000 datetimes was a tenth of a scrape.
+        seen = dbtimes.with_microseconds(Node.objects.all(), seen_us="last_seen")
+        nodes = list(seen.values_list("pk", "name", "state", "reachable", "lost", "seen_us", "imex_state"))
         names = {pk: name for pk, name, *_ in nodes}
         domains = {pk: f"{u}/{c}" for pk, u, c in NVLinkDomain.objects.values_list("pk", "cluster_uuid", "clique_id")}
-        rows = GPU.objects.values_list(*GpuRow._fields)
+        # In the table's order, not by node name: sorting every card was a tenth of a scrape, and only
+        # the few written per card are put in order (_nvlink).
+        rows = GPU.objects.order_by().values_list(*GpuRow._fields)
         gpus = [GpuRow._make(row) for row in rows]
         fabric = _fabric_words(gpus)
         yield from self._nvlink(gpus, fabric, names, domains)
@@ -168,11 +172,17 @@ class FleetCollector(Collector):
             "1 when the card's NVLink bandwidth is degraded (joined, but amber).",
             labels=["node", "gpu", "domain"],
         )
-        for g, (expects, claimed) in zip(gpus, fabric, strict=True):
-            # A card that has, or should have, a multi-node domain; a joined card names the one it joined.
-            if g.parent_index is not None or not (g.domain_id is not None or expects):
-                continue
-            labels = [names[g.node_id], mig_label(g.index), domains.get(g.domain_id, claimed)]
+        # A card that has, or should have, a multi-node domain; a joined card names the one it joined.
+        cards = sorted(
+            (
+                (names[g.node_id], g.index, g, claimed)
+                for g, (expects, claimed) in zip(gpus, fabric, strict=True)
+                if g.parent_index is None and (g.domain_id is not None or expects)
+            ),
+            key=lambda card: card[:2],
+        )
+        for name, index, g, claimed in cards:
+            labels = [name, mig_label(index), domains.get(g.domain_id, claimed)]
             joined.add_metric(labels, 1.0 if g.domain_id is not None else 0.0)
             degraded.add_metric(labels, 1.0 if g.fabric_degraded else 0.0)
         yield joined
@@ -191,11 +201,12 @@ class FleetCollector(Collector):
             "1 when IMEX is up on a node that has it or whose cards are in a multi-node domain.",
             labels=["node"],
         )
-        now = self.now()
-        for pk, name, state, reachable, lost, last_seen, imex_state in nodes:
+        now = dbtimes.now_microseconds(self.now())
+        for pk, name, state, reachable, lost, seen_us, imex_state in nodes:
             up.add_metric([name, state], 1.0 if reachable and not lost else 0.0)
-            if last_seen is not None:
-                age.add_metric([name], max(0.0, (now - last_seen).total_seconds()))
+            if seen_us is not None:
+                # As timedelta.total_seconds() says it: the whole microseconds over a million.
+                age.add_metric([name], max(0.0, (now - dbtimes.microseconds(seen_us)) / 10**6))
             if pk in in_domain or imex_state not in ("", "not installed"):
                 imex.add_metric([name], 1.0 if imex_state == "up" else 0.0)
         yield from (up, age, imex)
