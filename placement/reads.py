@@ -29,7 +29,7 @@ from catalog.prefetch import holders_of as weight_holders_of
 from catalog.reads import model_rows, model_view
 from core import cycles, dbtimes
 from core.config import number
-from core.jsonrows import values_decoded_once
+from core.jsonrows import DecodedOnce, values_decoded_once, values_list_as_text
 from inventory.devices import held_indices, mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
@@ -510,7 +510,14 @@ def node_usage(node_id: int | None = None) -> NodeUsage:
     # Every shard holds its GPUs, failed and stopping ones too: their
     # processes may keep the memory until the agent has stopped them.
     shards = Shard.objects.all() if node_id is None else Shard.objects.filter(node_id=node_id)
-    return NodeUsage(shards.values_list("node_id", "gpu_indices", "replica_id"))
+    # Each distinct list of indices decoded once (core.jsonrows): a fleet's shards hold a few dozen
+    # different lists, and decoding 7,900 of them was a sixth of the fleet page at 10,000 nodes.
+    decode = DecodedOnce()
+    rows = values_list_as_text(shards, USAGE_FIELDS, ("gpu_indices",))
+    return NodeUsage((node, decode(indices), replica) for node, indices, replica in rows)
+
+
+USAGE_FIELDS = ("node_id", "gpu_indices", "replica_id")
 
 
 def node_list(

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.simulator import fleet as F
 from catalog.models import CatalogModel
@@ -493,3 +495,27 @@ def test_a_page_of_the_node_table_reads_the_same_queries_wherever_it_starts(
         operator.get("/admin/nodes/live")
     with django_assert_max_num_queries(len(first.captured_queries)):
         operator.get("/admin/nodes/live?after=hgx-005")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    names=st.lists(
+        st.one_of(
+            st.text(max_size=30),
+            st.sampled_from(["nvl72-00-tray-03", "a<b>&\"'", "e\u0301\u0301", "\u1100\u1161", "\u0301x"]),
+        ),
+        max_size=60,
+    ),
+    limit=st.sampled_from([0, 1, 2, 5, 40, 300]),
+)
+def test_a_partitions_names_are_clipped_as_join_and_truncatechars_clipped_them(names, limit):
+    from django.template import engines
+
+    from dashboard.templatetags.console import joined_clipped
+
+    def render(text: str) -> str:
+        return engines["django"].from_string("{% load console %}" + text).render({"names": names, "limit": limit})
+
+    whole = render('{{ names|join:", "|truncatechars:limit }}')
+    assert render("{{ names|joined_clipped:limit }}") == whole
+    assert joined_clipped(names, limit) == whole
