@@ -513,7 +513,7 @@ def node_usage(node_id: int | None = None) -> NodeUsage:
     # Each distinct list of indices decoded once (core.jsonrows): a fleet's shards hold a few dozen
     # different lists, and decoding 7,900 of them was a sixth of the fleet page at 10,000 nodes.
     decode = DecodedOnce()
-    rows = values_list_as_text(shards, USAGE_FIELDS, ("gpu_indices",))
+    rows = values_list_as_text(shards.order_by(), USAGE_FIELDS, ("gpu_indices",))  # sets: no order needed
     return NodeUsage((node, decode(indices), replica) for node, indices, replica in rows)
 
 
