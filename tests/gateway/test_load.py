@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 import redis as sync_redis
@@ -67,9 +68,15 @@ def _read(redis_url: str):
         connections.close_all()
 
 
+def _in_flight(app: GatewayApp) -> int:
+    gateway = app.gateway
+    return gateway.load.report().get("m", {}).get("in_flight", 0) if gateway is not None else 0
+
+
 def _scenario(redis_url: str, engines, where: list):
     m = model("m")
-    engine = engines(tokens=6, token_delay_s=0.15)
+    # Six tokens 0.4 s apart: the four requests stay in flight for 2.4 s once they are admitted.
+    engine = engines(tokens=6, token_delay_s=0.4)
     replica(m, engine.url)
     secret = key()
     client = aioredis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
@@ -78,7 +85,14 @@ def _scenario(redis_url: str, engines, where: list):
 
     async def run():
         requests = [asyncio.ensure_future(call(app, "/v1/chat/completions", body, key=secret)) for _ in range(4)]
-        await asyncio.sleep(0.4)
+        # Until all four are admitted, not a fixed time: on a quiet machine they are in flight 30 ms
+        # after they are sent, but the official CI run once found none admitted after 0.4 s (each is
+        # authenticated and, with Redis down, admitted through the database, on two threads).
+        sent = time.monotonic()
+        while _in_flight(app) < 4 and time.monotonic() < sent + 10 and not any(r.done() for r in requests):
+            await asyncio.sleep(0.01)
+        admitted = _in_flight(app)
+        assert admitted == 4, f"{admitted} of 4 requests in flight {time.monotonic() - sent:.2f} s after they were sent"
         mid = app.gateway.load.report()
         where.append(await app.gateway.load_publisher.publish())
         seen_mid = await asyncio.to_thread(_read, redis_url)
