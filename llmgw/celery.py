@@ -14,6 +14,7 @@ from celery.signals import after_task_publish, task_prerun, task_received, worke
 from kombu.transport import TRANSPORT_ALIASES
 
 from core import outage, tracing
+from llmgw import worker_guard
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 # The embedded broker's messages are written whole (see llmgw.broker).
@@ -22,6 +23,8 @@ TRANSPORT_ALIASES["filesystem"] = "llmgw.broker:Transport"
 app = Celery("llmgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["observability", "inventory", "catalog", "placement", "dashboard", "gateway"])
+# A worker that has gone quiet (its loop stuck, or deaf to its queue) exits for its supervisor to restart it.
+app.steps["consumer"].add(worker_guard.Guard)
 
 # name: (task, default period in seconds)
 PERIODIC: dict[str, tuple[str, float]] = {

@@ -100,17 +100,29 @@ class ThreadWorker:
 
 
 class ProcessWorker:
-    """``celery -A llmgw worker -B`` as a child process, in a process group of its own.
+    """``celery -A llmgw worker -B`` as a child process, in a process group of its own, started again if it exits.
 
     The group lets stop() reach the worker's pool and beat processes too: the
     worker usually takes them down itself, but one that is stuck must not
-    outlive the server.
+    outlive the server. A worker that exits on its own (one that found
+    itself quiet, llmgw.worker_guard; one that was killed) is started again
+    after RESTART_S, as systemd's ``Restart=always`` does for the separate
+    unit.
     """
+
+    RESTART_S = 2.0
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.stopping = threading.Event()
+        self.watcher: threading.Thread | None = None
 
     def start(self) -> None:
+        self._spawn()
+        self.watcher = threading.Thread(target=self._keep_running, name="celery-worker-watch", daemon=True)
+        self.watcher.start()
+
+    def _spawn(self) -> None:
         cmd = [
             sys.executable,
             "-m",
@@ -127,7 +139,20 @@ class ProcessWorker:
         ]
         self.proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, start_new_session=True)
 
+    def _keep_running(self) -> None:
+        while not self.stopping.is_set():
+            proc = self.proc
+            status = proc.wait()
+            if self.stopping.wait(self.RESTART_S):
+                return
+            # What it left of its group (a pool process, the beat) goes first: a second beat would queue twice.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.warning("llmgw: the Celery worker exited (status %s); starting it again", status)
+            self._spawn()
+
     def stop(self) -> None:
+        self.stopping.set()
         if self.proc is None:
             return
         group = self.proc.pid

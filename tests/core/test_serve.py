@@ -213,6 +213,55 @@ def test_with_redis_the_worker_is_a_child_that_dies_with_the_server(tmp_path):
             server.proc.kill()
 
 
+def celery_children(pid: int) -> list[int]:
+    """The Celery worker processes started directly by ``pid``."""
+    found = []
+    for child in descendants(pid):
+        try:
+            args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if parent == pid and b"celery" in args:
+            found.append(child)
+    return found
+
+
+def test_with_redis_a_worker_that_exits_is_started_again(tmp_path):
+    """As systemd's Restart=always for the unit: a worker that exits (killed here; one that found itself quiet
+    exits too, llmgw.worker_guard) is replaced, and the periodic tasks run again."""
+    redis_url = os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    server = Server(tmp_path, LLMGW_REDIS_URL=redis_url)
+    try:
+        server.wait_ready()
+        deadline = time.monotonic() + 60
+        while not celery_children(server.proc.pid):
+            assert time.monotonic() < deadline, "no worker:\n" + server.log.read_text()
+            time.sleep(0.2)
+        (first,) = celery_children(server.proc.pid)
+        os.killpg(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while celery_children(server.proc.pid) in ([], [first]):
+            assert time.monotonic() < deadline, "the worker was not started again:\n" + server.log.read_text()
+            time.sleep(0.2)
+        (second,) = celery_children(server.proc.pid)
+        assert second != first and not alive(first)
+        assert "the Celery worker exited (status -9); starting it again" in server.log.read_text()
+        # The new one runs the tick (the beat came back with it).
+        before = httpx.get(f"http://{server.admin}/healthz").json()["worker"].get("last_tick")
+        deadline = time.monotonic() + 60
+        while httpx.get(f"http://{server.admin}/healthz").json()["worker"].get("last_tick") == before:
+            assert time.monotonic() < deadline, "no tick after the restart:\n" + server.log.read_text()
+            time.sleep(0.5)
+        children = descendants(server.proc.pid)
+        assert server.stop() == 0, server.log.read_text()
+        time.sleep(0.5)
+        assert not [pid for pid in children if alive(pid)], "no process outlives llmgw serve"
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
 def test_gateway_refuses_everything_but_v1_and_healthz():
     from llmgw.listeners import gateway_path_allowed
 
