@@ -7,6 +7,12 @@ folders changed: one etcd member, two Patroni-managed PostgreSQL instances
 of both control hosts' admin and gateway listeners, two ``llmgw serve
 --no-worker`` with a Celery worker each, and one beat. Every process is in a
 process group of its own and is ended by :meth:`Cluster.close`.
+
+The llmgw units are kept running as systemd keeps them (``Restart=always``,
+after the unit's ``RestartSec``): one that exits without the harness having
+stopped or killed it is started again on the same command, its output
+appended to the same log, and the restart recorded (:attr:`Proc.restarts`),
+so that a failure can say what died and when.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -65,11 +73,21 @@ class Proc:
     name: str
     popen: subprocess.Popen
     log: Path
+    restart: Callable[[], subprocess.Popen] | None = None
+    """How to start it again when it exits on its own (the llmgw units); None: left down."""
+    restart_s: float = 2.0
+    down: bool = False
+    """Stopped or killed by the harness: not started again."""
+    restarts: list[tuple[float, int]] = field(default_factory=list)
+    """(wall time, the status it had exited with) of each restart."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        with self.lock:
+            self.down = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
 
@@ -83,14 +101,30 @@ class Proc:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(5)
 
+    def state(self) -> str:
+        """Alive or how it ended, and its restarts: what a failure message says of it."""
+        now = "alive" if self.alive() else f"exited {self.popen.returncode}"
+        restarts = ", ".join(f"{time.strftime('%H:%M:%S', time.localtime(t))} after {rc}" for t, rc in self.restarts)
+        return f"pid {self.popen.pid} {now}" + (f"; restarted {restarts}" if restarts else "")
+
 
 @dataclass
 class Cluster:
     root: Path
     procs: list[Proc] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
+    supervisor: threading.Thread | None = None
+    closing: threading.Event = field(default_factory=threading.Event)
 
-    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None, user: str | None = None) -> Proc:
+    def start(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        restart_s: float | None = None,
+    ) -> Proc:
+        """``cmd`` started; with ``restart_s``, started again that long after it exits on its own (Restart=always)."""
         log = self.root / f"{name}.log"
         preexec = None
         if user is not None:
@@ -100,20 +134,60 @@ class Cluster:
                 os.setgid(account.pw_gid)
                 os.setuid(account.pw_uid)
 
-        popen = subprocess.Popen(
-            cmd,
-            env=env or dict(os.environ),
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=preexec,
-            cwd=self.root,
-        )
-        proc = Proc(name, popen, log)
+        def popen(mode: str = "w") -> subprocess.Popen:
+            return subprocess.Popen(
+                cmd,
+                env=env or dict(os.environ),
+                stdout=log.open(mode),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=preexec,
+                cwd=self.root,
+            )
+
+        proc = Proc(name, popen(), log)
+        if restart_s is not None:
+            proc.restart, proc.restart_s = (lambda: popen("a")), restart_s
+            self.supervise()
         self.procs.append(proc)
         return proc
 
+    def supervise(self) -> None:
+        """The thread that starts an exited unit again, as systemd would; one per cluster."""
+        if self.supervisor is not None:
+            return
+        self.supervisor = threading.Thread(target=self._keep_units_running, name="units", daemon=True)
+        self.supervisor.start()
+
+    def _keep_units_running(self) -> None:
+        exited: dict[int, float] = {}
+        while not self.closing.wait(0.2):
+            for proc in list(self.procs):
+                if proc.restart is None or proc.down or proc.alive():
+                    continue
+                first = exited.setdefault(id(proc), time.monotonic())
+                if time.monotonic() - first < proc.restart_s:
+                    continue
+                with proc.lock:
+                    if proc.down:
+                        continue
+                    status = proc.popen.returncode
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.popen.pid, signal.SIGKILL)  # what it left in its group, as systemd does
+                    with proc.log.open("a") as out:
+                        out.write(f"\n[harness] exited with status {status}; started again (Restart=always)\n")
+                    proc.restarts.append((time.time(), status))
+                    proc.popen = proc.restart()
+                exited.pop(id(proc), None)
+
+    def states(self) -> dict[str, str]:
+        """Every llmgw unit's state (Proc.state), for failure messages."""
+        return {p.name: p.state() for p in self.procs if p.restart is not None}
+
     def close(self) -> None:
+        if self.supervisor is not None:
+            self.closing.set()
+            self.supervisor.join(5)
         for proc in reversed(self.procs):
             proc.stop()
 
@@ -315,7 +389,7 @@ class Cluster:
             cmd = unit_command(unit)
             if unit == "llmgw-worker":
                 cmd += ["-n", f"{host.name}@%h"]
-            host.procs.append(self.start(f"{host.name}-{unit}", cmd, env=env))
+            host.procs.append(self.start(f"{host.name}-{unit}", cmd, env=env, restart_s=unit_restart_s(unit)))
             if unit == "llmgw-serve":
                 wait_until(lambda: healthy(host.admin), 120, f"{host.name}'s /healthz")
 
@@ -348,6 +422,14 @@ def unit_command(unit: str) -> list[str]:
     program, *args = shlex.split(line.removeprefix("ExecStart="))
     module = {"/opt/llmgw/bin/llmgw": "llmgw.cli", "/opt/llmgw/bin/celery": "celery"}[program]
     return [sys.executable, "-m", module, *args]
+
+
+def unit_restart_s(unit: str) -> float:
+    """The unit's RestartSec (systemd's default, 0.1 s, where it has none); every llmgw unit has Restart=always."""
+    text = (DEPLOY / "systemd" / f"{unit}.service").read_text()
+    assert "\nRestart=always" in text, f"{unit} is not restarted by systemd: the harness would keep it up wrongly"
+    line = next((x for x in text.splitlines() if x.startswith("RestartSec=")), "RestartSec=0.1")
+    return float(line.removeprefix("RestartSec=").removesuffix("s"))
 
 
 def healthy(address: str) -> bool:

@@ -461,6 +461,7 @@ def redis_outage(fleet: Fleet, outage_s: float) -> tuple[Figures, dict]:
         live_after_s=heard - restarted,
         reconnects=sum(1 for t in page.connects if t > stopped),
         said=outage_lines(cluster),
+        units=cluster.states(),
         tracebacks=log_lines(cluster, "Traceback"),
         nodes=fleet.summary()["nodes"],
     )
@@ -836,6 +837,7 @@ def host_killed(fleet: Fleet, watch_s: float = 30) -> tuple[Figures, dict]:
         back_s = time.monotonic() - killed_at if given_back() else None
         seen["lease_rows"] = sql(cluster, LEASE_ROWS)
         seen["reaper"] = sql(cluster, "select * from core_taskrun where name = 'gateway.tasks.reap_leases'")
+        seen["units"] = cluster.states()
         seen["activity"] = sql(
             cluster,
             "select pid, state, wait_event_type, now() - xact_start, left(query, 100) from pg_stat_activity"

@@ -12,11 +12,12 @@ bench/failover.py prints their figures); the host is killed last.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from tests.deploy import scenarios
-from tests.deploy.multihost import REAP_EVERY_S
+from tests.deploy.multihost import REAP_EVERY_S, wait_until
 from tests.deploy.scenarios import (
     DEAD_HOST_LEASE_S,
     LIMITED_RPM,
@@ -78,15 +79,15 @@ def test_redis_stopped_under_load(fleet):
     assert seen["nodes"]["unreachable"] == 0, seen["nodes"]
     # One line when Redis went and one when it came back, in each process that noticed (every serve, worker
     # and the beat did), and no traceback.
-    said = seen["said"]
-    assert set(said.values()) == {(1, 1)}, said
+    said, units = seen["said"], seen["units"]
+    assert set(said.values()) == {(1, 1)}, (said, units)
     assert {k.split(":")[0] for k in said} == {
         "ctl1-llmgw-serve",
         "ctl1-llmgw-worker",
         "ctl1-llmgw-beat",
         "ctl2-llmgw-serve",
         "ctl2-llmgw-worker",
-    }, said
+    }, (said, units)
     assert set(seen["tracebacks"].values()) == {0}, seen["tracebacks"]
 
 
@@ -99,6 +100,31 @@ def test_budgets_hold_across_hosts(fleet):
     assert seen["spent"] <= seen["amount"], seen
     # Every request is recorded, the refused ones too; what the accepted cost is what the budget spent.
     assert seen["records"] == len(seen["statuses"]) and seen["cost"] == seen["spent"], seen
+
+
+def test_a_unit_that_dies_is_started_again_as_systemd_would(fleet):
+    """The harness keeps the llmgw units up as Restart=always does: ctl1's worker killed from outside (as the
+    kernel's OOM killer would) is back after its RestartSec and takes tasks again (its canaries are received:
+    llmgw.worker_guard), and the other units are untouched."""
+    cluster = fleet.cluster
+    worker = next(p for p in cluster.procs if p.name == "ctl1-llmgw-worker")
+    before, others = worker.popen.pid, {p.name: p.popen.pid for p in cluster.procs if p is not worker}
+    os.kill(before, signal.SIGKILL)
+    wait_until(lambda: worker.restarts and worker.alive(), 30, "ctl1's worker started again")
+    assert worker.popen.pid != before and worker.restarts[-1][1] == -signal.SIGKILL, worker.state()
+    assert {p.name: p.popen.pid for p in cluster.procs if p is not worker} == others
+    # Taking tasks: a task on its own queue (as its guard's canaries are) is received.
+    mark = worker.log.read_text(errors="replace").count("Received unregistered task")
+    probe = f"probe.restarted.{before}"
+    scenarios.shell(
+        cluster,
+        "from llmgw.celery import app\n"
+        "from celery.utils.nodenames import worker_direct\n"
+        "import socket\n"
+        f"app.send_task({probe!r}, queue=worker_direct('ctl1@' + socket.gethostname()))\n",
+    )
+    wait_until(lambda: f"'{probe}'" in worker.log.read_text(errors="replace"), 60, "the new worker taking a task")
+    assert worker.log.read_text(errors="replace").count("Received unregistered task") == mark + 1
 
 
 @pytest.mark.parametrize("what", ["switchover", "failover"])
@@ -159,7 +185,8 @@ def assert_reservations_back(seen: dict) -> None:
     lease, reaper = DEAD_HOST_LEASE_S, REAP_EVERY_S
     killed = seen["killed_wall"]
     sweeps = [round(t - killed, 1) for t in seen["starts"].get("gateway.tasks.reap_leases", []) if t > killed - 5]
-    why = {k: seen.get(k) for k in ("lease_rows_at_kill", "lease_rows", "reaper", "activity")} | {"sweeps": sweeps}
+    why = {k: seen.get(k) for k in ("lease_rows_at_kill", "lease_rows", "reaper", "activity", "units")}
+    why["sweeps"] = sweeps
     assert seen["back_s"] is not None, f"not given back within 30 s: {why}"
     assert lease * 0.75 - 0.5 <= seen["back_s"] <= lease + 2 * reaper + 4, (seen["back_s"], why)
     # The living host's streams ran to the end and were charged; the dead host's were cut and charge nothing
