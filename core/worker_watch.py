@@ -55,20 +55,29 @@ class Seen:
 class WorkerWatch:
     """The verdict over successive looks: a sentence saying what is wrong, or None while the worker is fine."""
 
-    def __init__(self, window_s: float, reconnect_s: float = 30.0) -> None:
+    def __init__(self, window_s: float, reconnect_s: float = 30.0, silence_s: float = 3.0) -> None:
         self.window_s = window_s
         self.reconnect_s = reconnect_s
+        self.silence_s = silence_s
         self.answering_since: float | None = None
         self.waiting_since: float | None = None
+        self.silent_since: float | None = None
 
     def look(self, seen: Seen) -> str | None:
         if not seen.redis_answers:
-            self.answering_since = self.waiting_since = None
+            # One look that failed (a publish slower than its timeout on a busy machine) is no outage, and
+            # starting the windows over at each would put the verdict off for ever; silence that lasts is.
+            if self.silent_since is None:
+                self.silent_since = seen.now
+            if seen.now - self.silent_since >= self.silence_s:
+                self.answering_since = self.waiting_since = None
             return None
+        self.silent_since = None
         if self.answering_since is None:
             self.answering_since = seen.now
         if seen.waiting > 0 and seen.has_room:
-            if self.waiting_since is None:
+            # A task received since the wait began ends it: what waits now waits from here.
+            if self.waiting_since is None or seen.last_received > self.waiting_since:
                 self.waiting_since = seen.now
         else:
             self.waiting_since = None

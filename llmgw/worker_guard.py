@@ -12,7 +12,7 @@ stack to the log (where the main thread was stuck), and exits: a warm
 shutdown (SIGTERM, what systemd sends) when the loop still turns, since the
 pool may be running tasks; at once (exit status 70) when the loop is stuck,
 since then no signal handler would run, or when the warm shutdown has not
-ended within a minute.
+ended within a minute (or a window, if that is shorter).
 
 Only with the Redis broker; the embedded broker runs inside ``llmgw serve``.
 """
@@ -137,15 +137,15 @@ def _watch(c, window: float) -> None:
         seen = Seen(time.monotonic(), answers, waiting, _has_room(c), _last_tick, _last_received)
         why = watch.look(seen)
         if why is not None:
-            _leave(why, stuck=seen.now - seen.last_tick >= window)
+            _leave(why, stuck=seen.now - seen.last_tick >= window, grace_s=min(SHUTDOWN_GRACE_S, window))
             return
 
 
-def _leave(why: str, *, stuck: bool) -> None:
+def _leave(why: str, *, stuck: bool, grace_s: float) -> None:
     log.error("[pid %d] This worker is quiet: %s. It exits for its supervisor to start it again.", os.getpid(), why)
     # sys.stderr is Celery's logging proxy in a worker; the stacks go to the process's own standard error.
     faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
     if not stuck:
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(SHUTDOWN_GRACE_S)
+        time.sleep(grace_s)
     os._exit(STUCK_EXIT_STATUS)
