@@ -2,10 +2,10 @@
 
 A consumer bootstep stamps each turn of the worker's event loop (a timer of
 its hub, every second) and each task received; a thread of the main process
-sends the worker a canary every few seconds (a task that does nothing, on the queue only this worker consumes,
-``<name>.dq2``: Celery's ``worker_direct``), over a connection of its own
-with short timeouts (never the consumer's, which are what may have gone
-wrong), and asks the rule.
+sends the worker a canary every few seconds (a task that does nothing, on
+the queue only this worker consumes, ``<name>.dq2``: Celery's
+``worker_direct``), over a connection of its own with short timeouts (never
+the consumer's, which are what may have gone wrong), and asks the rule.
 
 On a verdict it logs one line saying what it saw, writes every thread's
 stack to the log (where the main thread was stuck), and exits: a warm
@@ -120,21 +120,16 @@ def _send_canary(c, expires: float) -> None:
 def _watch(c, window: float) -> None:
     watch = WorkerWatch(window)
     every = max(0.5, min(5.0, window / 6))
-    pending_since: float | None = None  # when the oldest canary not followed by any received task was sent
     while True:
         time.sleep(every)
-        now = time.monotonic()
-        if pending_since is not None and _last_received >= pending_since:
-            pending_since = None
-        # One every look: a Redis that restarted empty lost the earlier ones, and each expires after a window.
+        # One every look, so one is always on its way: the rule counts the wait from the last task received.
+        # A Redis that restarted empty lost the earlier ones, and each expires after a window.
         try:
             _send_canary(c, expires=window)
             answers = True
-            pending_since = now if pending_since is None else pending_since
         except Exception:  # noqa: BLE001 - any failure to publish is Redis not answering, for this rule
-            answers, pending_since = False, None
-        waiting = 1 if pending_since is not None else 0
-        seen = Seen(time.monotonic(), answers, waiting, _has_room(c), _last_tick, _last_received)
+            answers = False
+        seen = Seen(time.monotonic(), answers, int(answers), _has_room(c), _last_tick, _last_received)
         why = watch.look(seen)
         if why is not None:
             _leave(why, stuck=seen.now - seen.last_tick >= window, grace_s=min(SHUTDOWN_GRACE_S, window))
