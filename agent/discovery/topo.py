@@ -9,6 +9,10 @@ and the rows on any whitespace (no cell contains a space).
 Drivers since ~470 label NICs ``NIC0`` … and map them to device names in a
 "NIC Legend" (``NIC0: mlx5_0``); older ones put the device name (``mlx5_0``)
 straight into the header. Both are handled.
+
+nvidia-smi underlines the header with terminal escapes (``ESC[4m`` …
+``ESC[0m``) even when its output is a pipe or a file, as the H200 capture in
+tests/agent/captures shows; escapes are taken out before anything is read.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ _NV = re.compile(r"^NV(\d+)$")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NIC = re.compile(r"^NIC(\d+)$")
 _LEGEND_NIC = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# ECMA-48 control sequences (CSI: ESC [ parameters intermediates final), and any ESC left over.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b")
 
 
 @dataclass
@@ -78,7 +84,7 @@ def parse_topo(text: str) -> Topology:
     """Parse ``nvidia-smi topo -m``. DiscoveryError when there is no GPU matrix to read."""
     if not text or not text.strip():
         raise DiscoveryError("nvidia-smi topo -m output is empty")
-    lines = text.splitlines()
+    lines = _ESCAPES.sub("", text).splitlines()
     header_at = next((i for i, line in enumerate(lines) if _is_header(line.split())), None)
     if header_at is None:
         raise DiscoveryError("nvidia-smi topo -m output has no header row naming the GPUs (GPU0 …)")
