@@ -137,6 +137,13 @@ if CONFIG.redis_url:
     CHANNEL_LAYERS = channel_layers.redis_layer(CONFIG.redis_url)
     CELERY_BROKER_URL = CONFIG.redis_url
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 300}
+    # A worker takes a task from Redis only when a pool process is free to start it. Prefetched, a task waits
+    # in the worker's memory while Redis holds it as taken; if that worker's host dies, the task comes back
+    # only after the visibility timeout, long after a periodic task has expired: its period's run is lost
+    # (tests/core/test_worker_guard.py::test_a_task_waits_in_redis_not_in_a_busy_worker_so_its_death_loses_nothing).
+    # Every task here is periodic or a canary, so the round trip a
+    # prefetch saves is nothing to them.
+    CELERY_WORKER_DISABLE_PREFETCH = True
 else:
     # The in-memory layer reaches only this process, which is why the embedded
     # worker runs inside the ASGI process (see llmgw.serve).

@@ -103,7 +103,12 @@ def _tick() -> None:
 
 
 def _has_room(c) -> bool:
-    limit = getattr(getattr(c, "qos", None), "value", 0) or 0
+    """Whether the consumer would take another task: under its prefetch limit and, with prefetch off
+    (worker_disable_prefetch), under its pool's size, as Celery's own check for that setting counts."""
+    limits = [getattr(getattr(c, "qos", None), "value", 0) or 0]
+    if c.app.conf.worker_disable_prefetch:
+        limits.append(getattr(c.controller, "max_concurrency", None) or c.pool.num_processes)
+    limit = min((n for n in limits if n > 0), default=0)
     return limit == 0 or len(worker_state.reserved_requests) < limit
 
 

@@ -303,3 +303,38 @@ def test_a_worker_that_went_deaf_after_taking_tasks_is_named(gap, went_deaf):
         why = watch.look(Seen(now, True, 1, True, now, received))
     assert why is not None and why.startswith("a task sent to it alone")
     assert now < max(went_deaf, RECONNECT) + WINDOW + 2 * gap + 0.01
+
+
+@pytest.mark.slow
+def test_a_task_waits_in_redis_not_in_a_busy_worker_so_its_death_loses_nothing(celery_app, tmp_path):
+    """With every pool process busy a worker takes nothing more from Redis (worker_disable_prefetch): a task
+    queued meanwhile stays in the queue, where another worker takes it the moment the first one dies. Taken
+    early, it would wait in the dead worker's memory and in Redis's unacked set until the visibility timeout
+    (300 s). And a worker that is busy for longer than its window with its canaries waiting is not deaf."""
+    app, redis, start = celery_app
+    first = start("first")
+    held = [tmp_path / f"held{i}" for i in range(2)]
+    for path in held:
+        app.send_task("llmgw_test.hold", args=[45.0, str(path)])
+    wait_until(lambda: all(p.exists() for p in held), 30, "both pool processes busy")
+    app.send_task("queued.meanwhile")
+    client = redis_client(redis)
+    # A reconnect's longest wait (30 s) and a window (4 s) with canaries waiting: a deaf verdict would have come.
+    deadline = time.monotonic() + 38
+    while time.monotonic() < deadline:
+        assert "'queued.meanwhile'" not in first.text(), "the busy worker took the task"
+        assert first.proc.poll() is None, f"the busy worker exited: {tail(first.text())}"
+        time.sleep(1)
+    assert QUIET not in first.text()
+    # The two being run were acknowledged as they started; the third is in the queue, not taken.
+    assert (client.llen("celery"), client.hlen("unacked")) == (1, 0)
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    second = start("second")
+    wait_until(lambda: "'queued.meanwhile'" in second.text(), 30, "the other worker taking the queued task")
+
+
+def redis_client(redis: Redis):
+    import redis as redis_py
+
+    return redis_py.Redis(port=redis.port)
