@@ -191,6 +191,22 @@ def dump(path: Path) -> None:
     print(f"{len(rows)} rows written to {path}")
 
 
+def scanned_rows(registrations: int) -> str:
+    """Rows each inventory table gave sequential scans, per registration: a figure that grows with the fleet
+    is a scan where an index was meant (a plan PL/pgSQL kept from when the table was small, say)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, as of its last transaction
+    time.sleep(0.5)
+    with psycopg.connect(f"{PG}/{DB}") as conn:
+        rows = conn.execute(
+            "SELECT relname, seq_tup_read FROM pg_stat_user_tables WHERE relname LIKE 'inventory_%' "
+            "AND seq_tup_read > 0 ORDER BY seq_tup_read DESC"
+        ).fetchall()
+    return ", ".join(f"{name} {read / registrations:.1f}" for name, read in rows) or "none"
+
+
 def top(profile: cProfile.Profile, lines: int) -> str:
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(lines)
@@ -222,6 +238,7 @@ def main() -> int:
     print(f"registration: {wall:.1f} s wall, {each:.1f} ms each, {cpu_each:.1f} ms CPU of this process")
     print(f"  p50 {statistics.median(times) * 1000:.1f} ms, p99 {sorted(times)[int(n * 0.99)] * 1000:.1f} ms")
     print(f"  queries: mean {statistics.mean(queries):.1f}, max {max(queries)}, min {min(queries)}")
+    print(f"  rows read by sequential scans, per registration: {scanned_rows(n)}")
     if args.dump:
         dump(args.dump)
     beat_profile = cProfile.Profile() if args.profile else None
