@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 
 from core.models import AuditEntry
+from core.rowinsert import insert_rows
 from inventory import health_actions as A
 from inventory import health_rules as H
 from inventory import signals
@@ -133,7 +134,7 @@ def review(
         # One review of a node at a time: two would both hold the same card.
         fresh = Node.objects.select_for_update().get(pk=node.pk)
         if entries is not None:
-            CardHealthEvent.objects.bulk_create(new_events(node, entries, before, now))
+            insert_rows(CardHealthEvent, new_events(node, entries, before, now))
         CardHealthEvent.objects.filter(node=node, at__lt=_keep_from(now, config)).delete()
         events = [_event_of(e) for e in CardHealthEvent.objects.filter(node=node)]
         cards = entries if entries is not None else [{"index": g.index, **card_facts(g)} for g in node.gpus.all()]
@@ -160,7 +161,7 @@ def review_new_node(node: Node, entries: list[Mapping[str, Any]], now: datetime)
     config = settings()
     keep_from = _keep_from(now, config)
     kept = [e for e in new_events(node, entries, {}, now, stored=set()) if e.at >= keep_from]
-    CardHealthEvent.objects.bulk_create(kept)
+    insert_rows(CardHealthEvent, kept)
     events = [_event_of(e) for e in sorted(kept, key=lambda e: e.at, reverse=True)]  # CardHealthEvent's order
     decision = A.decide(events, _showing(entries), set(), False, now, config)
     _apply(node, decision, {}, now)

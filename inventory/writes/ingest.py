@@ -26,6 +26,7 @@ from typing import Any
 from django.db import transaction
 
 from agent.protocol import report_digest
+from core.rowinsert import insert_rows
 from inventory import nvlink_rules
 from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
 from inventory.writes import health
@@ -202,7 +203,7 @@ def _sync_gpus(node: Node, entries: list[dict], result: IngestResult, now: datet
         result.gpus_removed.extend(sorted(existing))
         result.writes += 1
     if to_create:
-        GPU.objects.bulk_create(to_create)
+        insert_rows(GPU, to_create)
         result.writes += 1
     if to_update:
         GPU.objects.bulk_update(to_update, sorted(changed_fields))
@@ -264,7 +265,7 @@ def _sync_ports(
         if op == "update":
             IBPort.objects.bulk_update(batch, sorted(changed_fields))
         else:
-            type(batch[0]).objects.bulk_create(batch)
+            insert_rows(type(batch[0]), batch)
     result.sm_changes = len(history)
 
 

@@ -1,0 +1,87 @@
+"""New rows of a model in one INSERT whose values travel as one JSON document: ``bulk_create`` made cheap.
+
+A node's registration inserts its cards and ports, eight or more rows of
+twenty to thirty columns each. Through ``bulk_create`` on PostgreSQL Django
+sends each column as an array (``UNNEST``), and psycopg quotes every element
+of every array in Python: at 10,000 registrations that was the largest part
+of the control host's CPU for each (bench/register_cost.py --profile). Here
+the rows become one JSON array, encoded by the standard library's C encoder
+and read back into columns by PostgreSQL (``jsonb_to_recordset``): one
+parameter, and no per-value work in Python beyond each field's own
+conversion to its Python type (``get_prep_value``, as the ORM applies it).
+
+The rows stored are the ORM's: a JSON column's value is the jsonb of the
+same Python value (``None`` is SQL NULL, as the ORM writes it), a timestamp
+keeps its microseconds, a float its exact value (the encoder writes the
+shortest text that reads back as the same double). Values that JSON cannot
+carry (NaN, infinity, NUL characters) are refused here as PostgreSQL would
+refuse them from the ORM; the callers insert what report_schema has
+already held to its columns. tests/core/test_rowinsert.py holds the rows to
+``bulk_create``'s over random values.
+
+Elsewhere than PostgreSQL (SQLite, the embedded defaults) it is
+``bulk_create`` itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from django.db import connections, models, router
+
+M = TypeVar("M", bound=models.Model)
+
+
+def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
+    """Insert ``objs`` (unsaved instances of ``model``) in one statement; their primary keys are set, as
+    ``bulk_create`` sets them. No signals are sent, as ``bulk_create`` sends none."""
+    objs = list(objs)
+    if not objs:
+        return objs
+    db = router.db_for_write(model)
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        return model._default_manager.using(db).bulk_create(objs)
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    types = [f.db_type(connection) for f in fields]
+    raw = [[f.pre_save(obj, add=True) for f in fields] for obj in objs]
+    if any(hasattr(value, "resolve_expression") for values in raw for value in values):
+        # A value the database computes (an expression, a db_default) is bulk_create's to write.
+        return model._default_manager.using(db).bulk_create(objs)
+    rows = [{f.column: _plain(f, value) for f, value in zip(fields, values, strict=True)} for values in raw]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    # The record's column names are the JSON keys: each is quoted, as a column named "index" needs.
+    record = ", ".join(f"{connection.ops.quote_name(f.column)} {t}" for f, t in zip(fields, types, strict=True))
+    returning = connection.ops.quote_name(meta.pk.column) if meta.auto_field else None
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "
+        f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+        + (f" RETURNING {returning}" if returning else "")
+    )
+    document = json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [document])
+        keys = cursor.fetchall() if returning else []
+    # PostgreSQL inserts (and returns) the rows in the order jsonb_to_recordset yields them, the array's:
+    # what Django's own bulk_create relies on for UNNEST too.
+    for obj, key in zip(objs, keys, strict=False):
+        setattr(obj, meta.auto_field.attname, key[0])
+    for obj in objs:
+        obj._state.adding = False
+        obj._state.db = db
+    return objs
+
+
+def _plain(field: models.Field, value: Any) -> Any:
+    """A field's value as the JSON document carries it: JSON columns as they are, the rest through the field's
+    own conversion, timestamps as ISO 8601 text."""
+    if isinstance(field, models.JSONField):
+        return value
+    value = field.get_prep_value(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    return value
