@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.db import connections, models, router
@@ -52,7 +52,8 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
     if any(hasattr(value, "resolve_expression") for values in raw for value in values):
         # A value the database computes (an expression, a db_default) is bulk_create's to write.
         return model._default_manager.using(db).bulk_create(objs)
-    rows = [{f.column: _plain(f, value) for f, value in zip(fields, values, strict=True)} for values in raw]
+    converters = [(f.column, _converter(f)) for f in fields]
+    rows = [{column: convert(v) for (column, convert), v in zip(converters, values, strict=True)} for values in raw]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     # The record's column names are the JSON keys: each is quoted, as a column named "index" needs.
     record = ", ".join(f"{connection.ops.quote_name(f.column)} {t}" for f, t in zip(fields, types, strict=True))
@@ -76,12 +77,41 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
     return objs
 
 
-def _plain(field: models.Field, value: Any) -> Any:
-    """A field's value as the JSON document carries it: JSON columns as they are, the rest through the field's
-    own conversion, timestamps as ISO 8601 text."""
+def _converter(field: models.Field) -> Callable[[Any], Any]:
+    """How one field's value goes into the JSON document: JSON columns as they are, the rest through the
+    field's own conversion (``get_prep_value``; skipped for a value already of the column's plain type, which it
+    would return as it is), timestamps as ISO 8601 text."""
     if isinstance(field, models.JSONField):
+        return _as_is
+    plain = _PLAIN.get(field.get_internal_type())
+    prep = field.get_prep_value
+
+    def convert(value: Any) -> Any:
+        if value is None or (plain is not None and type(value) is plain):
+            return value
+        value = prep(value)
+        if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+            return value.isoformat()
         return value
-    value = field.get_prep_value(value)
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
+
+    return convert
+
+
+def _as_is(value: Any) -> Any:
     return value
+
+
+# Internal types whose get_prep_value returns a value of this exact type unchanged.
+_PLAIN: dict[str, type] = {
+    "CharField": str,
+    "TextField": str,
+    "IntegerField": int,
+    "BigIntegerField": int,
+    "SmallIntegerField": int,
+    "PositiveIntegerField": int,
+    "PositiveBigIntegerField": int,
+    "PositiveSmallIntegerField": int,
+    "BooleanField": bool,
+    "FloatField": float,
+    "ForeignKey": int,
+}
