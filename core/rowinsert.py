@@ -47,7 +47,6 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
         return model._default_manager.using(db).bulk_create(objs)
     meta = model._meta
     fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
-    types = [f.db_type(connection) for f in fields]
     raw = [[f.pre_save(obj, add=True) for f in fields] for obj in objs]
     if any(hasattr(value, "resolve_expression") for values in raw for value in values):
         # A value the database computes (an expression, a db_default) is bulk_create's to write.
@@ -56,7 +55,7 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
     rows = [{column: convert(v) for (column, convert), v in zip(converters, values, strict=True)} for values in raw]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     # The record's column names are the JSON keys: each is quoted, as a column named "index" needs.
-    record = ", ".join(f"{connection.ops.quote_name(f.column)} {t}" for f, t in zip(fields, types, strict=True))
+    record = ", ".join(f"{connection.ops.quote_name(f.column)} {f.db_type(connection)}" for f in fields)
     returning = connection.ops.quote_name(meta.pk.column) if meta.auto_field else None
     sql = (
         f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "
@@ -69,8 +68,9 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
         keys = cursor.fetchall() if returning else []
     # PostgreSQL inserts (and returns) the rows in the order jsonb_to_recordset yields them, the array's:
     # what Django's own bulk_create relies on for UNNEST too.
-    for obj, key in zip(objs, keys, strict=False):
-        setattr(obj, meta.auto_field.attname, key[0])
+    if returning:
+        for obj, (key,) in zip(objs, keys, strict=True):
+            setattr(obj, meta.auto_field.attname, key)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = db

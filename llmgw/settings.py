@@ -141,8 +141,7 @@ if CONFIG.redis_url:
     # in the worker's memory while Redis holds it as taken; if that worker's host dies, the task comes back
     # only after the visibility timeout, long after a periodic task has expired: its period's run is lost
     # (tests/core/test_worker_guard.py::test_a_task_waits_in_redis_not_in_a_busy_worker_so_its_death_loses_nothing).
-    # Every task here is periodic or a canary, so the round trip a
-    # prefetch saves is nothing to them.
+    # Every task here is periodic or a canary, so the round trip a prefetch saves is nothing to them.
     CELERY_WORKER_DISABLE_PREFETCH = True
 else:
     # The in-memory layer reaches only this process, which is why the embedded
