@@ -81,14 +81,17 @@ def _update_sql() -> str:
 
 
 def _batch_sql() -> str:
-    """:func:`_update_sql` for every node of a batch at once, on PostgreSQL: one ``UPDATE … FROM unnest(…)``.
+    """:func:`_update_sql` for every node of a batch at once, on PostgreSQL: one ``UPDATE … FROM`` one JSON document.
 
-    One statement instead of one per node (executemany's pipeline still
-    formatted, sent and read back each row's statement), and one of six
-    parameters, each an array with a value per node: its text is the same
-    for every batch, so the driver parses it once (a ``VALUES`` list of a
-    placeholder per value would be parsed again for each batch, which cost
-    more than the pipeline did: bench/register_cost.py).
+    One statement instead of one per node, and one parameter: the batch as a
+    JSON array with a row per node, ``[id, digest, last_seen, last_report_at,
+    load, shard_status]``, encoded by the json module in C. Six arrays (one
+    per column) cost psycopg a Python escape of every element: 130 ms of the
+    interpreter for a flush of 2,000 beats (a 10,000-node fleet's second),
+    during which no heartbeat was answered; the document costs a few. The
+    statement's text is the same for every batch, so it is parsed once. A
+    JSON null (a value the beat did not send) is SQL NULL, which keeps what
+    was there, as the row-at-a-time statement's NULL does.
     """
     q = connection.ops.quote_name
     c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
@@ -98,8 +101,9 @@ def _batch_sql() -> str:
         f"{c['load']} = COALESCE(v.load, n.{c['load']}), "
         f"{c['shard_status']} = COALESCE(v.shard_status, n.{c['shard_status']}), "
         f"{c['reachable']} = true, {c['lost']} = false, {c['unreachable_since']} = NULL "
-        "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::jsonb[], %s::jsonb[]) "
-        "AS v(id, digest, last_seen, last_report_at, load, shard_status) "
+        "FROM (SELECT (r ->> 0)::bigint AS id, r ->> 1 AS digest, (r ->> 2)::timestamptz AS last_seen, "
+        "(r ->> 3)::timestamptz AS last_report_at, NULLIF(r -> 4, 'null'::jsonb) AS load, "
+        "NULLIF(r -> 5, 'null'::jsonb) AS shard_status FROM jsonb_array_elements(%s::jsonb) AS r) AS v "
         f"WHERE n.{c['id']} = v.id AND n.{c['credential_digest']} = v.digest"
     )
 
@@ -127,18 +131,13 @@ def write_beats(cursor, beats: list[tuple[int, str, Beat]]) -> None:
     if connection.vendor != "postgresql":
         cursor.executemany(_update_sql(), [_update_row(pk, digest, beat) for pk, digest, beat in beats])
         return
-    fields = [beat.fields for _, _, beat in beats]
-    cursor.execute(
-        _batch_sql(),
-        [
-            [pk for pk, _, _ in beats],
-            [digest for _, digest, _ in beats],
-            [beat.last_seen for _, _, beat in beats],
-            [f.get("last_report_at") for f in fields],
-            [_json(f.get("load")) for f in fields],
-            [_json(f.get("shard_status")) for f in fields],
-        ],
-    )
+    rows = []
+    for pk, digest, beat in beats:
+        fields = beat.fields
+        reported = fields.get("last_report_at")
+        row = [pk, digest, beat.last_seen.isoformat(), None if reported is None else reported.isoformat()]
+        rows.append([*row, fields.get("load"), fields.get("shard_status")])
+    cursor.execute(_batch_sql(), [json.dumps(rows)])
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""A flush's one statement stores what the row-at-a-time statement stores, for any beats a node may send.
+
+On PostgreSQL a flush is one ``UPDATE`` reading the batch as one JSON document
+(``heartbeats._batch_sql``); the row-at-a-time statement (``_update_sql``,
+SQLite's path) is the plain statement of what a beat writes. Here random
+beats (any JSON a heartbeat's load and shards may hold, sent or not, null or
+not, with or without a report's time, for nodes whose credential matches or
+not) are written both ways on the same nodes, and the rows must be the same.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inventory.models import Node
+from inventory.writes.heartbeats import Beat, _update_row, _update_sql, write_beats
+
+pytestmark = pytest.mark.django_db
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8)
+SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False), TEXT
+)
+JSON = st.recursive(SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3))
+WHEN = st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC))
+FIELDS = st.fixed_dictionaries(
+    {}, optional={"load": JSON, "shard_status": JSON, "last_report_at": st.one_of(st.none(), WHEN)}
+)
+BEATS = st.lists(st.tuples(WHEN, FIELDS, st.booleans()), min_size=1, max_size=6)
+COLUMNS = ("pk", "last_seen", "last_report_at", "load", "shard_status", "reachable", "lost", "unreachable_since")
+
+
+def stored(pks: list[int]) -> list[tuple]:
+    return list(Node.objects.filter(pk__in=pks).order_by("pk").values_list(*COLUMNS))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(beats=BEATS)
+def test_the_batch_stores_what_one_beat_at_a_time_stores(db, beats):
+    if connection.vendor != "postgresql":
+        pytest.skip("the batch statement is PostgreSQL's")
+    then = datetime(2020, 1, 1, tzinfo=UTC)
+    with transaction.atomic():
+        nodes = [
+            Node.objects.create(
+                name=f"n{i}",
+                credential_digest=f"d{i}",
+                last_seen=then,
+                last_report_at=then,
+                load={"before": i},
+                shard_status=[{"id": f"s{i}"}],
+                reachable=False,
+                lost=True,
+                unreachable_since=then + timedelta(seconds=i),
+            )
+            for i in range(len(beats))
+        ]
+        pks = [n.pk for n in nodes]
+        # A beat under a credential the node no longer has is not written by either statement.
+        rows = [
+            (n.pk, n.credential_digest if current else "revoked", Beat(at, fields))
+            for n, (at, fields, current) in zip(nodes, beats, strict=True)
+        ]
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                write_beats(cursor, rows)
+            batch = stored(pks)
+            transaction.set_rollback(True)
+        with connection.cursor() as cursor:
+            cursor.executemany(_update_sql(), [_update_row(pk, digest, beat) for pk, digest, beat in rows])
+        assert batch == stored(pks)
+        transaction.set_rollback(True)
