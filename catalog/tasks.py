@@ -11,11 +11,12 @@ from django.utils import timezone
 from catalog import loader
 from catalog.models import CatalogFile
 from core.locks import exclusive
+from core.runs import Run
 
 LOCK = "catalog.tasks.load_catalog_file"
 
 
-@shared_task(name="catalog.tasks.load_catalog_file", ignore_result=True)
+@shared_task(name="catalog.tasks.load_catalog_file", ignore_result=True, base=Run)
 def load_catalog_file() -> dict:
     """Read ``LLMGW_CATALOG_FILE`` when its bytes changed; nothing to do when it is not set.
 

@@ -121,7 +121,7 @@ def fit_audit_text(text: str, limit: int) -> str:
 
 
 class TaskRun(models.Model):
-    """The last run of each periodic task, filled from Celery's signals.
+    """The last run of each task: begun (core.runs, as the task begins) and finished (observability.tasks).
 
     Lets an operator see that the reconciler and the sweeps are running, and
     when they last failed, without reading worker logs.
@@ -133,6 +133,9 @@ class TaskRun(models.Model):
     last_ok = models.BooleanField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     runs = models.PositiveBigIntegerField(default=0)
+    # The id of the run that last began (core.runs): a second delivery of it is skipped, and the beat
+    # asks it whether a run it sent has begun.
+    last_run = models.CharField(max_length=255, blank=True, default="")
     # Written by the task itself, in its own transaction (core.continuity): when its work last
     # committed, and since when it has committed without a gap longer than it can be blind for.
     last_pass = models.DateTimeField(null=True, blank=True)

@@ -6,12 +6,13 @@ from celery import shared_task
 from django.utils import timezone
 
 from core.locks import exclusive
+from core.runs import Run
 from gateway.writes import leases
 
 REAP_LEASES = "gateway.tasks.reap_leases"
 
 
-@shared_task(name=REAP_LEASES, ignore_result=True)
+@shared_task(name=REAP_LEASES, ignore_result=True, base=Run)
 def reap_leases() -> dict:
     """Give back the reservations of gateway processes that stopped renewing their leases (gateway.writes.leases).
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from core.continuity import unbroken_since
 from core.locks import exclusive
+from core.runs import Run
 from inventory import reachability, signals
 from inventory.loss_settings import loss_rules
 from inventory.models import Node
@@ -22,7 +23,7 @@ def _seconds(name: str, default: float) -> float:
 REACHABILITY = "inventory.tasks.check_reachability"
 
 
-@shared_task(name=REACHABILITY, ignore_result=True)
+@shared_task(name=REACHABILITY, ignore_result=True, base=Run)
 def check_reachability(every_s: float = 5.0) -> dict:
     """Mark silent nodes unreachable, then lost; safe to run twice, never twice at once.
 
@@ -52,7 +53,7 @@ def check_reachability(every_s: float = 5.0) -> dict:
     return {"unreachable": len(result.unreachable), "lost": len(result.lost)}
 
 
-@shared_task(name="inventory.tasks.plan_scans", ignore_result=True)
+@shared_task(name="inventory.tasks.plan_scans", ignore_result=True, base=Run)
 def plan_scans() -> dict:
     """Choose which node maps each due fabric; nodes pick their scan up with their next full report."""
     with exclusive("inventory.tasks.plan_scans") as held:

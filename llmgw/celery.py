@@ -54,6 +54,8 @@ def beat_schedule(env: dict[str, str] | None = None) -> dict[str, dict]:
 
 
 app.conf.beat_schedule = beat_schedule()
+# Each run the beat sends is confirmed begun, or sent again while it has not expired (llmgw.beat).
+app.conf.beat_scheduler = "llmgw.beat:Scheduler"
 
 
 @worker_init.connect

@@ -86,7 +86,7 @@ class ThreadWorker:
             without_gossip=True,
             loglevel="WARNING",
         )
-        self.beat = beat.EmbeddedService(app, thread=True)
+        self.beat = beat.EmbeddedService(app, thread=True, scheduler_cls=app.conf.beat_scheduler)
         self.thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
 
     def start(self) -> None:

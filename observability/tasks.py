@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 
-from celery import shared_task
+from celery import shared_task, states
 from celery.signals import task_failure, task_postrun, task_prerun
 from django.db.models import F
 from django.utils import timezone
 
 from core.locks import exclusive
 from core.models import Finding, TaskRun
+from core.runs import Run
 from observability import metrics, signals, sweeps
 
 RECONCILE_TASK = "placement.tasks.reconcile"
@@ -19,13 +20,13 @@ DOCTOR_SWEEP_TASK = "observability.tasks.doctor_sweep"
 _started_at: dict[str, float] = {}
 
 
-@shared_task(name="observability.tasks.tick", ignore_result=True)
+@shared_task(name="observability.tasks.tick", ignore_result=True, base=Run)
 def tick() -> str:
     """Proves the worker and beat are alive; its TaskRun row is what /healthz reads."""
     return timezone.now().isoformat()
 
 
-@shared_task(name=DOCTOR_SWEEP_TASK, ignore_result=True)
+@shared_task(name=DOCTOR_SWEEP_TASK, ignore_result=True, base=Run)
 def doctor_sweep() -> dict:
     """Fleet-wide checks kept as findings (observability.sweeps); safe to run twice, never twice at once.
 
@@ -47,7 +48,7 @@ def _skipped(retval) -> bool:
 
 @task_prerun.connect
 def _started(task=None, task_id=None, **_kw) -> None:
-    TaskRun.objects.update_or_create(name=task.name, defaults={"last_started": timezone.now()})
+    # The run's start is recorded by the task itself as it begins (core.runs.Run), once per run.
     if task.name == RECONCILE_TASK:
         _started_at[task_id] = time.monotonic()
         metrics.begin_task_run()
@@ -55,6 +56,10 @@ def _started(task=None, task_id=None, **_kw) -> None:
 
 @task_postrun.connect
 def _finished(task=None, task_id=None, state=None, retval=None, **_kw) -> None:
+    if state == states.IGNORED:
+        # A second delivery of a run that had begun (core.runs): the run is the first delivery's.
+        _started_at.pop(task_id, None)
+        return
     fields = {"last_finished": timezone.now(), "last_ok": state == "SUCCESS", "runs": F("runs") + 1}
     if state == "SUCCESS":
         fields["last_error"] = ""

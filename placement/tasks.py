@@ -5,12 +5,13 @@ from __future__ import annotations
 from celery import shared_task
 
 from core.locks import exclusive
+from core.runs import Run
 from placement.writes import reconciler
 
 LOCK = "placement.tasks.reconcile"
 
 
-@shared_task(name="placement.tasks.reconcile", ignore_result=True)
+@shared_task(name="placement.tasks.reconcile", ignore_result=True, base=Run)
 def reconcile() -> dict:
     """One reconciling pass, under a lock: a second worker that finds it held skips this run.
 
