@@ -56,7 +56,7 @@ def began(name: str, run_id: str, sent: datetime) -> bool:
 
 
 class Run(Task):
-    """Every task of the app (``task_cls``): its run is recorded as it begins, and a second delivery skipped.
+    """The base of every periodic task (``base=Run``): its run is recorded as it begins, a second delivery skipped.
 
     ``before_start`` runs after the worker's prerun signal and before the task's
     body; raising Ignore there leaves the run IGNORED, with no result and no

@@ -111,7 +111,11 @@ class Scheduler(PersistentScheduler):
             # A connection broken by a failover stays broken until closed: the next check opens another.
             connection.close()
             log.warning("Cannot ask the database whether %s[%s] began (%s); asking again.", sent.task, sent.run_id, exc)
-            self.watched[sent.entry] = replace(sent, next_check=now + sent.every_s)
+            later = replace(sent, next_check=now + sent.every_s)
+            if later.next_check < sent.expires:
+                self.watched[sent.entry] = later
+            else:
+                self.watched.pop(sent.entry, None)
             return
         again, still = after_check(sent, begun, now)
         if still is None:
