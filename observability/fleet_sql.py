@@ -13,6 +13,7 @@ the row-by-row path.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -49,8 +50,8 @@ def node_totals() -> dict[str, int]:
     return totals
 
 
-def fabrics(per_node: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
-    """Per declared fabric, as ``fleet_summary._fabrics`` counts it."""
+def fabrics(free_nodes: Collection[int]) -> list[dict[str, Any]]:
+    """Per declared fabric, as ``fleet_summary._fabrics`` counts it; ``free_nodes`` those whose every device is free."""
     names: dict[int, set[str]] = defaultdict(set)
     declared = []
     for kind, pk, state, reachable, name in gpu_counts.aggregate(FABRIC_ROWS):
@@ -61,13 +62,12 @@ def fabrics(per_node: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     models: dict[str, set[str]] = defaultdict(set)
     for pk, state, reachable, f in declared:
-        total, free = per_node.get(pk, (0, 0))
         u = out.setdefault(f, {"fabric": f, "nodes": 0, "nodes_with_weights": 0, "largest_free_block": 0})
         u["nodes"] += 1
         if names.get(pk):
             u["nodes_with_weights"] += 1
             models[f].update(names[pk])
-        if reachable and state == "ready" and total and free == total:
+        if reachable and state == "ready" and pk in free_nodes:
             u["largest_free_block"] += 1
     for f, u in out.items():
         u["models_present"] = len(models[f])

@@ -42,7 +42,7 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
         out: dict[str, Any] = {
             "nodes": fleet_sql.node_totals(),
             "gpus": devices.classes,
-            "fabrics": fleet_sql.fabrics(devices.nodes),
+            "fabrics": fleet_sql.fabrics(devices.free_nodes),
             "replicas": fleet_sql.replica_totals(),
             "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
         }
@@ -64,13 +64,14 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
     return out
 
 
-def gpu_counts(in_database: bool | None = None) -> DeviceCounts:
-    """The fleet's devices by class and per node, as the summary and ``/metrics`` both count them.
+def gpu_counts(in_database: bool | None = None, *, free_nodes: bool = True) -> DeviceCounts:
+    """The fleet's devices by class (and the nodes entirely free), as the summary and ``/metrics`` both count them.
 
     Counted by the inventory (``inventory.reads.gpu_counts``), with the
     GPUs placement's shards hold; in the database where ``fleet_sql`` says so.
     """
-    return device_counts(gpu_holders(), database=in_database if in_database is not None else fleet_sql.available())
+    database = in_database if in_database is not None else fleet_sql.available()
+    return device_counts(gpu_holders(), database=database, free_nodes=free_nodes)
 
 
 def _node_totals(nodes: list[dict]) -> dict[str, int]:

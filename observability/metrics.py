@@ -220,7 +220,7 @@ class FleetCollector(Collector):
             "MIG UUID), unavailable (healthy and unused on a node that takes no work).",
             labels=["class", "state"],
         )
-        for counts in gpu_counts().classes:
+        for counts in gpu_counts(free_nodes=False).classes:
             unavailable = counts["total"] - sum(counts[s] for s in COUNTED_STATES)
             for state in COUNTED_STATES:
                 family.add_metric([counts["class"], state], float(counts[state]))

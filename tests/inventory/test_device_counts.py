@@ -155,6 +155,39 @@ def test_a_boolean_holds_no_gpu_in_either_path(db):
         assert counts.classes[0]["used"] == 0 and counts.classes[0]["free"] == 1, database
 
 
+def test_an_instance_named_twice_is_one_device_used_in_either_path(db):
+    """The database path lists a node's held MIG instances with repeats and counts each once.
+
+    One shard names instance 1 of card 0 twice, a second shard names it again: one device used, the
+    other instance free, and the node is not entirely free. Random fleets seldom hold one instance
+    twice, so this fails where the repeats are counted (``count(*)`` for ``count(DISTINCT m)``).
+    """
+    node = Node.objects.create(name="n0", state=NodeState.READY, reachable=True)
+    GPU.objects.create(node=node, index=0, uuid="GPU-0", name="card", gpu_class=CLASSES[0], mig_mode="Enabled")
+    for gi in (1, 2):
+        GPU.objects.create(
+            node=node, index=mig_index(0, gi), uuid="GPU-0", name="instance", gpu_class=CLASSES[2],
+            parent_index=0, mig_uuid=f"MIG-0-{gi}",
+        )  # fmt: skip
+    model = add_model()
+    replica = Replica.objects.create(model=model, profile=model.profiles.first(), profile_name="h100", state="ready")
+    held = mig_index(0, 1)
+    Shard.objects.create(replica=replica, node=node, rank=0, gpu_indices=[held, held], state="ready")
+    Shard.objects.create(replica=replica, node=node, rank=1, gpu_indices=[held], state="ready")
+    for database in [False, True] if in_database() else [False]:
+        counts = device_counts(gpu_holders(), database=database)
+        assert [(c["class"], c["total"], c["used"], c["free"]) for c in counts.classes] == [(CLASSES[2], 2, 1, 1)]
+        assert counts.free_nodes == frozenset(), database
+
+
+def test_the_nodes_entirely_free_are_named_only_when_asked_for(db):
+    node = Node.objects.create(name="n0")
+    GPU.objects.create(node=node, index=0, uuid="GPU-0", name="card", gpu_class=CLASSES[0])
+    for database in [False, True] if in_database() else [False]:
+        assert device_counts(gpu_holders(), database=database).free_nodes == {node.pk}, database
+        assert device_counts(gpu_holders(), database=database, free_nodes=False).free_nodes == frozenset(), database
+
+
 def test_the_migrations_whitespace_is_what_python_strips():
     """The trigger trims a MIG mode of the characters Python's str.strip() takes, listed in the migration."""
     import importlib
