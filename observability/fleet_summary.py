@@ -4,7 +4,8 @@ A per-node table is the right tool for four nodes and the wrong one for two
 thousand: the questions that matter at that size — how full am I, what is
 broken, what holds cards it is not using — are aggregates. Everything here is
 derived from the same functions the tables use (``node_list``,
-``replica_list``, ``model_list``), so it can never disagree with them — or,
+``replica_list``, and ``model_standing``, which a test holds equal to
+``model_list``'s entries), so it can never disagree with them — or,
 on PostgreSQL, counted in the database by the same rules (``fleet_sql``),
 which a test holds equal to the row-by-row count. The devices by class are
 the inventory's one count (:func:`gpu_counts`), which ``/metrics`` reads too.
@@ -23,7 +24,7 @@ from django.utils import timezone
 from inventory.reads.gpu_counts import DeviceCounts, device_counts
 from inventory.reads.partitions import active as active_partitions
 from observability import fleet_sql
-from placement.reads import gpu_holders, model_list, node_list, replica_list
+from placement.reads import gpu_holders, model_standing, node_list, replica_list
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
 # seconds: one that flaps in and out of the list is noise, and unloading a
@@ -55,7 +56,7 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
             "replicas": _replica_totals(replicas),
             "idle_replicas": _idle(replicas),
         }
-    out.update(_model_totals(model_list()))
+    out.update(_model_totals(model_standing()))
     # Open partitions: moves off their nodes are held until they answer or `ctl resume-moves`.
     out["partitions"] = active_partitions()
     store = store_members()

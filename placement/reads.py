@@ -408,15 +408,24 @@ def _rejection(r: dict) -> dict[str, Any]:
 # --- models with their replicas -----------------------------------------------------------
 
 
-def model_list(name: str | None = None) -> list[dict[str, Any]]:
-    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
-    counts = {
+def _replica_counts() -> dict[int, dict[str, int]]:
+    """Model id → its replicas ``ready`` and in ``total`` (pending, starting and ready), as model_view reads them."""
+    return {
         row["model_id"]: row
         for row in Replica.objects.order_by()
         .values("model_id")
         .annotate(total=Count("id", filter=Q(state__in=COUNTING)), ready=Count("id", filter=Q(state="ready")))
     }
-    unplaced = set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+
+
+def _unplaced() -> set[int]:
+    """The models the scheduler last said it could not place."""
+    return set(PlacementExplanation.objects.filter(placed=False).values_list("model_id", flat=True))
+
+
+def model_list(name: str | None = None) -> list[dict[str, Any]]:
+    """Every model (or the one called ``name``) with its scaling, profiles and replicas (ready and in all)."""
+    counts, unplaced = _replica_counts(), _unplaced()
     scaling = {a.model_id: a for a in Autoscale.objects.all()}
     out = []
     for m in model_rows(name):
@@ -425,6 +434,41 @@ def model_list(name: str | None = None) -> list[dict[str, Any]]:
         view["desired_replicas"] = row.desired if row is not None else m.min_replicas
         if row is not None:
             view["autoscale"] = autoscale_view(row)
+        out.append(view)
+    return out
+
+
+# What model_standing gives of each model: model_list's entries' keys that say how it stands.
+STANDING = ("name", "min_replicas", "ready_replicas", "total_replicas", "parked", "unplaceable")
+STANDING_PARKED = ("parked_error", "failures")
+
+
+def model_standing() -> list[dict[str, Any]]:
+    """Every model by name with only what says how it stands: :func:`model_list`'s ``STANDING`` keys, the same values.
+
+    With ``parked_error`` and ``failures`` when parked, as there. For the
+    summary's counts, which read nothing else: model_list also reads each
+    model's aliases, adapters, profiles, fallbacks and prefetches and its
+    autoscaler's row, six more queries that were a tenth of the summary's
+    time at 10,000 nodes. A test holds the two equal on random catalogs.
+    """
+    counts, unplaced = _replica_counts(), _unplaced()
+    out = []
+    rows = CatalogModel.objects.order_by("name").values_list(
+        "pk", "name", "min_replicas", "parked_at", "parked_error", "failure_streak"
+    )
+    for pk, name, low, parked_at, error, failures in rows:
+        mine = counts.get(pk, {})
+        view: dict[str, Any] = {
+            "name": name,
+            "min_replicas": low,
+            "ready_replicas": mine.get("ready", 0),
+            "total_replicas": mine.get("total", 0),
+            "parked": parked_at is not None,
+            "unplaceable": pk in unplaced,
+        }
+        if parked_at is not None:
+            view.update(parked_error=error, failures=failures)
         out.append(view)
     return out
 
