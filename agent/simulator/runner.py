@@ -20,6 +20,7 @@ from agent import protocol
 from agent.client import ControlPlane
 from agent.loop import AgentLoop, Identity
 from agent.simulator import fleet as F
+from agent.simulator.bounded import BoundedTransport
 from agent.simulator.engine import SimShards
 
 
@@ -56,8 +57,10 @@ class Simulation:
         self.stagger_s = stagger_s
         self.observe = observe
         self.rng = random.Random(seed)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # The pool is handed only as many requests as it has connections (agent.simulator.bounded).
         self.client = httpx.AsyncClient(
-            timeout=30, limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            timeout=30, transport=BoundedTransport(httpx.AsyncHTTPTransport(limits=limits), max_connections)
         )
         self.running: dict[str, Running] = {}
         # Nodes cut off by a partition fault: alive, their engines running, but silent until it heals.
