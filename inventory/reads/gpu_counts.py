@@ -154,9 +154,9 @@ d AS (
 )
 """
 
-# Counted by class, from one row per node and class rather than one per GPU; NODES adds a row for
-# each node whose every device is free (NODES), where a row for every node was 10,000 rows to send
-# and read at 10,000 nodes, for the fraction the fabrics' largest free block counts (2,000 in bench/scale.py).
+# Counted by class, from one row per node and class rather than one per GPU. NODES adds a row for
+# each node whose every device is free: a row for every node was 10,000 rows to send and read at
+# 10,000 nodes, for the fraction the fabrics' largest free block counts (2,000 in bench/scale.py).
 COUNTED = f"""
 WITH {HELD}, {DEVICES}
 SELECT d.gpu_class, {{node}}, sum(d.total)::int, sum(d.used)::int, sum(d.unhealthy)::int, sum(d.held)::int,
