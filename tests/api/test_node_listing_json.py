@@ -137,3 +137,29 @@ def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
     with CaptureQueriesContext(connection) as many:
         assert sum(len(p) for p in node_pages_json(dumps)) == 30
     assert len(many) == len(six), "one page either way: the same queries"
+
+
+def test_a_node_registered_inside_a_page_between_its_queries_leaves_no_node_without_its_cards(monkeypatch):
+    """The cards and ports are read by the page's window of names, in queries after the nodes': a node added
+    in the page's range in between moves that window past the page's last node, whose rows are then read by id."""
+    from inventory.reads import nodes as listing
+
+    fleet("h100-hgx:4")
+    now = timezone.now()
+    want = {json.loads(t)["id"]: t for page in listed_pages(now, size=2) for t in page}
+    sends = listing._PageSent._card_rows
+    added = []
+
+    def cards_sent_after_a_registration(self, nodes):
+        if not added:  # the first page's cards: its nodes' rows are already read
+            added.append(Node.objects.create(name="hgx-000a"))
+        return sends(self, nodes)
+
+    monkeypatch.setattr(listing._PageSent, "_card_rows", cards_sent_after_a_registration)
+    with CaptureQueriesContext(connection) as seen:
+        got = [json.loads(t) for page in listed_pages(now, size=2) for t in page]
+    assert added and [n["id"] for n in got] == ["hgx-000", "hgx-001", "hgx-002", "hgx-003"]
+    # The first page's last node was outside the moved window: read again, with all its cards and ports.
+    assert got[1]["gpu_total"] == 8 and len(got[1]["gpus"]) == 8 and got[1]["ib_ports"]
+    assert [json.dumps(n, ensure_ascii=False, separators=(",", ":")) for n in got] == [want[n["id"]] for n in got]
+    assert sum("hgx-000a" in q["sql"] for q in seen.captured_queries) == 1, "the registration, nothing else"
