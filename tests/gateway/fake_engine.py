@@ -22,9 +22,15 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
+
+LOCKSTEP_WAIT_S = 5.0
+"""How long a ``lockstep`` engine waits for the client to see a token before it sends the next anyway."""
+TOKEN = re.compile(rb"(?<![A-Za-z0-9_])w(\d+)")
+"""A token of this fake's answers (``w0``, ``w1``, …), as a client sees it in whatever the gateway made of it."""
 
 
 @dataclass
@@ -32,6 +38,11 @@ class Behaviour:
     tokens: int = 8
     """Completion tokens each answer has (one streamed chunk each)."""
     token_delay_s: float = 0.0
+    lockstep: bool = False
+    """Stream token i only once the test has said it saw token i-1 (``FakeEngine.saw``). A gateway that
+    holds a token back leaves the engine waiting: after ``LOCKSTEP_WAIT_S`` it sends the next anyway and
+    counts it in ``Stats.unseen``. This proves tokens are passed on as they come without timing anything,
+    which a loaded machine cannot promise."""
     usage: str = "vllm"
     """``vllm``: usage in plain answers and, when asked, in a last streamed chunk;
     ``llamacpp``: timings in the last chunk and never ``usage`` when streaming;
@@ -72,6 +83,8 @@ class Stats:
     headers: list = field(default_factory=list)
     """Each request's headers (lower-cased names), kept with the bodies: a test reads what the gateway sent."""
     unauthorized: int = 0
+    unseen: int = 0
+    """With ``lockstep``: tokens sent although the client had not seen the one before."""
 
 
 def prompt_tokens(body: dict, count: str = "words") -> int:
@@ -94,6 +107,8 @@ class FakeEngine:
         """The adapters loaded now, name to path."""
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
+        self._seen = 0
+        """With ``lockstep``: how many of the current stream's tokens the client has seen."""
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.server = await asyncio.start_server(self._connection, host, port, backlog=2048)
@@ -102,6 +117,15 @@ class FakeEngine:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def saw(self, text: str | bytes) -> None:
+        """Tell a ``lockstep`` engine the client has seen every token up to the last one ``text`` names.
+
+        Safe from any thread: one int, set under the GIL and read by the engine's loop.
+        """
+        found = TOKEN.findall(text.encode() if isinstance(text, str) else text)
+        if found:
+            self._seen = max(self._seen, max(int(n) for n in found) + 1)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -267,9 +291,10 @@ class FakeEngine:
 
         send("message_start", {"message": message})
         send("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        self._seen = 0
         try:
             for i in range(count):
-                if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
+                if await self._before_token(i, reader, writer):
                     self.stats.cancelled += 1
                     return False
                 send("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": f"w{i} "}})
@@ -327,9 +352,10 @@ class FakeEngine:
         )
         base = {"id": "cmpl-fake", "created": int(time.time()), "model": body.get("model")}
         base["object"] = "chat.completion.chunk" if chat else "text_completion"
+        self._seen = 0
         try:
             for i in range(count):
-                if b.token_delay_s and await self._hung_up(reader, writer, b.token_delay_s):
+                if await self._before_token(i, reader, writer):
                     self.stats.cancelled += 1
                     return False
                 finish = "length" if count < b.tokens else "stop"
@@ -355,6 +381,20 @@ class FakeEngine:
         except ConnectionError:
             self.stats.cancelled += 1
             return False
+
+    async def _before_token(self, i: int, reader, writer) -> bool:
+        """Wait for token i's turn (``lockstep``) and its delay; True as soon as the client hangs up."""
+        b = self.behaviour
+        if b.lockstep and i:
+            deadline = time.monotonic() + LOCKSTEP_WAIT_S
+            while self._seen < i:
+                if reader.at_eof() or writer.transport.is_closing():
+                    return True
+                if time.monotonic() >= deadline:
+                    self.stats.unseen += 1
+                    break
+                await asyncio.sleep(0.002)
+        return bool(b.token_delay_s) and await self._hung_up(reader, writer, b.token_delay_s)
 
     @staticmethod
     async def _hung_up(reader, writer, wait_s: float) -> bool:
@@ -442,6 +482,9 @@ class EngineThread:
     @property
     def stats(self) -> Stats:
         return self.engine.stats
+
+    def saw(self, text: str | bytes) -> None:
+        self.engine.saw(text)
 
     def stop(self) -> None:
         async def shut() -> None:

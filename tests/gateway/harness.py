@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from catalog.models import Alias, CatalogModel, Fallback, Profile
@@ -63,8 +64,12 @@ async def call(
     method: str = "POST",
     disconnect_after_chunks: int | None = None,
     headers: dict[str, str] | None = None,
+    on_body: Callable[[bytes], None] | None = None,
 ) -> Answer:
-    """One request through the app; with ``disconnect_after_chunks`` the client hangs up after that many."""
+    """One request through the app; with ``disconnect_after_chunks`` the client hangs up after that many.
+
+    ``on_body`` is given each body part as it is sent (a lockstep engine's ``saw``).
+    """
     raw = body if isinstance(body, bytes) else json.dumps(body or {}).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     if key:
@@ -87,6 +92,8 @@ async def call(
             answer.headers = {k.decode(): v.decode() for k, v in message["headers"]}
         elif message["type"] == "http.response.body" and message.get("body"):
             answer.chunks.append((time.monotonic() - started, message["body"]))
+            if on_body is not None:
+                on_body(message["body"])
             bodies += 1
             if disconnect_after_chunks is not None and bodies >= disconnect_after_chunks:
                 incoming.put_nowait({"type": "http.disconnect"})
