@@ -45,7 +45,10 @@ class LiveWatch:
         self.url = f"ws://{admin}/ws/console/fleet/"
         self.cookie = f"sessionid={session_cookie(admin, data)}"
         self.frames: list[tuple[float, dict]] = []
-        self.closes = 0
+        self.closes: list[tuple[float, str]] = []
+        """Each time the socket closed before the benchmark stopped it: when, and why."""
+        self.reopened: list[float] = []
+        """When the socket opened again after a close: the console's page fetches every part then (live.js)."""
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="live-watch", daemon=True)
 
@@ -56,6 +59,9 @@ class LiveWatch:
             except Exception:  # noqa: BLE001 - the page retries, as the console's script does
                 time.sleep(0.5)
                 continue
+            if self.closes:
+                self.reopened.append(time.monotonic())
+            why = "the server closed it"
             try:
                 while not self.stopping.is_set():
                     try:
@@ -63,12 +69,14 @@ class LiveWatch:
                     except websocket.WebSocketTimeoutException:
                         continue
                     if not text:
+                        why = f"the server closed it ({sock.status})"
                         break
                     self.frames.append((time.monotonic(), json.loads(text)))
-            except Exception:  # noqa: BLE001 - closed or broken: counted, and opened again
-                pass
+            except Exception as exc:  # noqa: BLE001 - closed or broken: counted, and opened again
+                why = f"{type(exc).__name__}: {exc}"
             finally:
-                self.closes += 0 if self.stopping.is_set() else 1
+                if not self.stopping.is_set():
+                    self.closes.append((time.monotonic(), why))
                 sock.close()
 
     def __enter__(self) -> LiveWatch:
@@ -83,7 +91,8 @@ class LiveWatch:
         """Frames a second at the busiest second, and how late each registered node reached the page."""
         per_second = Counter(int(t) for t, _ in self.frames)
         told: dict[str, float] = {}
-        resyncs: list[float] = []
+        # Opened again after a close, the page fetches every part, as a resync makes it.
+        resyncs: list[float] = list(self.reopened)
         for t, frame in self.frames:
             kind = frame.get("kind")
             if kind == "resync":
@@ -100,9 +109,10 @@ class LiveWatch:
         heard_late = [x for x in late if x is not None]
         return {
             "live_frames_max_per_s": max(per_second.values(), default=0),
-            "live_frames": (len(self.frames), len(resyncs)),
+            "live_frames": (len(self.frames), sum(1 for _, f in self.frames if f.get("kind") == "resync")),
             "live_late_p99_ms": pct(heard_late, 99) if heard_late else float("nan"),
             "live_late_max_ms": max(heard_late, default=float("nan")) * 1000,
             "live_never_told": sum(1 for x in late if x is None),
-            "live_reconnects": self.closes,
+            "live_reconnects": len(self.closes),
+            "live_closes": sorted({why for _, why in self.closes}),
         }

@@ -551,6 +551,7 @@ ROWS = (
     ("live_late_max_ms", "  the latest, ms", "{:.0f}"),
     ("live_frames", "  frames in all (of them resyncs)", None),
     ("live_never_told", "  registrations it never heard of", "{}"),
+    ("live_reconnects", "  its socket closed and opened again", "{}"),
     ("serve_rss_mb", "llmgw serve RSS, all processes, MB", "{:.0f}"),
     ("serve_pss_mb", "  PSS, all processes (shared pages counted once), MB", "{:.0f}"),
     ("serve_rss_largest_mb", "  its largest process, MB", "{:.0f}"),
@@ -622,6 +623,8 @@ def main() -> int:
             results[size].update(read_side(args))
         print(f"   done in {time.monotonic() - started:.0f} s", flush=True)
         print_table({size: results[size]})
+        for why in results[size].get("live_closes", []):
+            print(f"  the live page's socket closed: {why}")
         for phase, rows in WHERE.items():
             print(f"  server CPU per request in {phase}, ms, by process:")
             for name, ms in rows:
