@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -260,20 +260,36 @@ def node_pages_json(
     last: at 10,000 nodes on two cores, in-process, 1.5 s became 0.95–1.0 s.
     """
     now, size = now or timezone.now(), size or NODE_PAGE
-    cards, ports = fields is None or "gpus" in fields, fields is None or "ib_ports" in fields
+    wiring = _Wiring.of(fields)
     domains = _domain_keys()
     with overlapped():
-        sent: _PageSent | None = _PageSent(None, size, cards, ports)
+        sent: _PageSent | None = _PageSent(None, size, wiring)
     while sent is not None:
         page = sent.received()
         if not page.nodes:
             return
         with overlapped():
             # The next page goes out first: the server reads it while this one is built.
-            sent = _PageSent(page.nodes[-1].name, size, cards, ports) if len(page.nodes) == size else None
+            sent = _PageSent(page.nodes[-1].name, size, wiring) if len(page.nodes) == size else None
             with cycles.uncollected():
-                texts = _node_texts(page, usage, dumps, now, fields, domains)
+                texts = _node_texts(page, wiring, usage, dumps, now, fields, domains)
         yield texts
+
+
+class _Wiring(NamedTuple):
+    """Whether a listing shows the cards (``gpus``) and the ports (``ib_ports``): decided by its fields, once."""
+
+    cards: bool
+    ports: bool
+
+    @classmethod
+    def of(cls, fields: frozenset[str] | None) -> _Wiring:
+        return cls(fields is None or "gpus" in fields, fields is None or "ib_ports" in fields)
+
+    @property
+    def card_columns(self) -> tuple[str, ...]:
+        """What is read of each card: what the counts need, and what ``gpus`` shows when it is shown."""
+        return (*_CARD_COUNTED, *(_GPU_WIRING if self.cards else ()))
 
 
 class _PageRows:
@@ -296,16 +312,16 @@ class _PageSent:
     ever listed without the cards it has.
     """
 
-    def __init__(self, after: str | None, size: int, cards: bool, ports: bool) -> None:
+    def __init__(self, after: str | None, size: int, wiring: _Wiring) -> None:
         listed = Node.objects.order_by("name")
         if after is not None:
             listed = listed.filter(name__gt=after)
-        self.columns = (*_CARD_COUNTED, *(_GPU_WIRING if cards else ()))
-        self.ports = ports
+        self.columns = wiring.card_columns
+        self.ports = wiring.ports
         self._nodes = Sent(values_list_as_text(listed[:size], _NODE_LISTED, _NODE_LISTED_JSON))
         window = Node.objects.filter(pk__in=listed.values("pk")[:size])
         self._cards = Sent(self._card_rows(window))
-        self._ports = Sent(self._port_rows(window)) if ports else None
+        self._ports = Sent(self._port_rows(window)) if self.ports else None
 
     def received(self) -> _PageRows:
         """The page's rows, once the server has sent them; a node its cards' or ports' window missed read again."""
@@ -356,15 +372,15 @@ def _by_node(rows: Iterable[tuple]) -> tuple[dict[int, list[tuple]], set[int]]:
 
 def _node_texts(
     page: _PageRows,
+    wiring: _Wiring,
     usage: NodeUsage,
     dumps: Callable[[Any], str],
     now: datetime,
     fields: frozenset[str] | None,
     domains: Mapping[int, str],
 ) -> list[str]:
-    """The JSON of each node of ``page``."""
-    cards, ports = fields is None or "gpus" in fields, fields is None or "ib_ports" in fields
-    columns = (*_CARD_COUNTED, *(_GPU_WIRING if cards else ()))
+    """The JSON of each node of ``page``, with its cards and ports as ``wiring`` says."""
+    cards, ports, columns = wiring.cards, wiring.ports, wiring.card_columns
     decode = DecodedOnce()
     # Keyed by the rows themselves, so nodes share only what is the same row for row.
     kinds: dict[tuple, _Cards] = {}
