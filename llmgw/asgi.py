@@ -7,9 +7,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
-from django.core.asgi import get_asgi_application
 from django.core.signals import request_finished
 from django.db import connections
+
+from llmgw.django_handler import get_asgi_application
 
 django_app = get_asgi_application()
 

@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 
-from django.core.asgi import get_asgi_application
+from llmgw.django_handler import get_asgi_application
 
 django_app = get_asgi_application()
 
