@@ -21,6 +21,7 @@ from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
 from agentapi.limits import REPORT_LIMIT, too_large
 from catalog import rules
 from core import jsonbody
+from core.compiled import CompiledQuery
 from core.credentials import hash_token, new_token
 from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
@@ -31,6 +32,9 @@ from inventory.writes.heartbeats import desk
 from placement import assignments
 
 log = logging.getLogger(__name__)
+
+# The node a registration names, locked until it commits (core.compiled: built once, not per registration).
+_NODE_BY_NAME = CompiledQuery(lambda name: Node.objects.select_for_update().filter(name=name))
 
 
 def error(status: int, message: str) -> JsonResponse:
@@ -120,7 +124,7 @@ def register(request):
     secret = new_token("llmgw_node")
     now = timezone.now()
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=name).first()
+        node = _NODE_BY_NAME.first(name)  # the name is unique
         if node is not None and (not machine_id or node.machine_id != machine_id):
             raise Refused(
                 409,

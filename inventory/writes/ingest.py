@@ -321,7 +321,8 @@ def ingest_new_node(node: Node, report: dict, now: datetime) -> IngestResult:
     """
     result = IngestResult()
     _take_columns(node, report, report_digest(report), now, result)
-    node.save(force_insert=True)
+    # One row, as save(force_insert=True) writes it (no model sends Node signals), for less CPU (core.rowinsert).
+    insert_rows(Node, [node])
     result.writes += 1
     if "gpus" in report:
         _sync_gpus(node, report["gpus"], result, now, new=True)

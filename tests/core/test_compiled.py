@@ -1,0 +1,75 @@
+"""core.compiled: a queryset compiled once answers, for any values, what the queryset built each time answers."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django.db.transaction import TransactionManagementError
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.compiled import CompiledQuery
+from inventory.models import GPU, JoinToken, Node
+
+pytestmark = pytest.mark.django_db
+
+BY_NAME = CompiledQuery(lambda name: Node.objects.filter(name=name))
+TOKEN = CompiledQuery(lambda digest: JoinToken.objects.filter(digest=digest).values_list("name", "revoked_at")[:1])
+PAIR = CompiledQuery(lambda a, b: Node.objects.filter(name=a, machine_id=b).values_list("name", "load", "last_seen"))
+LOCKED = CompiledQuery(lambda name: Node.objects.select_for_update().filter(name=name))
+
+names = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+
+
+def _fields(node: Node) -> dict:
+    return {f.attname: getattr(node, f.attname) for f in Node._meta.concrete_fields}
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=names, load=st.none() | st.dictionaries(names, st.integers() | names, max_size=3))
+def test_instances_are_the_querysets_own(name, load):
+    Node.objects.filter(name=name).delete()
+    Node.objects.create(name=name, machine_id="m", load=load, last_seen=timezone.now(), labels={"rack": "r1"})
+    made = BY_NAME.first(name)
+    expected = Node.objects.get(name=name)
+    assert _fields(made) == _fields(expected)
+    assert made._state.db == "default" and not made._state.adding
+    assert PAIR.rows(name, "m") == list(
+        Node.objects.filter(name=name, machine_id="m").values_list("name", "load", "last_seen")
+    )
+    assert PAIR.rows(name, "other") == []
+
+
+def test_a_missing_row_is_none_and_values_list_rows_are_tuples():
+    JoinToken.objects.create(name="t", digest="d" * 64)
+    assert TOKEN.rows("d" * 64) == [("t", None)]
+    assert TOKEN.rows("e" * 64) == []
+    assert BY_NAME.first("nobody") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_select_for_update_outside_a_transaction_raises_as_the_orm_does():
+    Node.objects.create(name="locked", last_seen=timezone.now())
+    with transaction.atomic():
+        assert LOCKED.first("locked").name == "locked"
+    with pytest.raises(TransactionManagementError):
+        LOCKED.first("locked")
+
+
+def test_a_value_the_orm_rewrites_is_refused_when_compiled():
+    contains = CompiledQuery(lambda part: Node.objects.filter(name__contains=part))
+    with pytest.raises(ValueError, match="rewrites"):
+        contains.first("x")
+    related = CompiledQuery(lambda uuid: GPU.objects.select_related("node").filter(uuid=uuid))
+    with pytest.raises(ValueError, match="one model's own columns"):
+        related.first("x")
+
+
+def test_the_wrong_number_of_values_and_the_wrong_reader_are_refused():
+    with pytest.raises(TypeError, match="takes 1 values, not 2"):
+        BY_NAME.first("a", "b")
+    with pytest.raises(TypeError, match="call rows"):
+        TOKEN.instances("x")
+    with pytest.raises(TypeError, match="call instances"):
+        BY_NAME.rows("x")
