@@ -40,10 +40,12 @@ class HeartbeatFastLane:
 def close_the_requests_connections(**_) -> None:
     """Close the database connections a request opened, as it finishes.
 
-    Under ASGI Django runs each request's synchronous code in a context of
-    its own, and a connection belongs to the context that opened it: the next
-    request never reuses it, whatever CONN_MAX_AGE says (Django's docs ask
-    for persistent connections off under ASGI). Left open, each lingered
+    Under Django's own ASGI handler each request's synchronous code ran on a
+    thread of its own, and a connection belongs to the thread that opened it:
+    the next request never reused it, whatever CONN_MAX_AGE says (Django's
+    docs ask for persistent connections off under ASGI). Our handler keeps
+    request threads for later requests (llmgw.django_handler), and each
+    request still ends its own connections here. Left open, each lingered
     until the garbage collector reached it, and a registration storm at
     10,000 nodes held enough of them to meet PostgreSQL's max_connections
     (registrations refused with 503 "too many clients already",

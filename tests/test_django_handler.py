@@ -133,3 +133,56 @@ def test_the_node_listing_still_goes_out_page_by_page_through_a_real_server(monk
         whole = httpx.get(f"{url}/api/v1/nodes?fields=id", headers=headers, timeout=30).json()
     listed = json.loads(body)
     assert [n["id"] for n in listed] == sorted(n["id"] for n in whole) and len(listed) == 7
+
+
+def test_a_request_thread_serves_the_next_request_instead_of_a_new_one():
+    """Django's own handler starts and joins a thread per request; here the second request's view runs on
+    the first one's thread, and its database connection works there."""
+    join = issue_join_token()
+    seen = []
+    from agentapi import views
+
+    original = views.check_join_token
+
+    def noting(secret):
+        seen.append(threading.current_thread())
+        return original(secret)
+
+    views.check_join_token = noting
+    try:
+        for name in ("first-thread", "second-thread"):
+            assert asyncio.run(_post("/api/v1/agent/register", _registration(name), join)).status_code == 201
+    finally:
+        views.check_join_token = original
+    assert seen[0] is seen[1] and seen[0].name.startswith("llmgw-request")
+
+
+def test_a_thread_still_running_a_left_request_is_not_handed_to_the_next():
+    from llmgw.django_handler import RequestThreads
+
+    threads = RequestThreads(keep=4)
+    first = threads.take()
+    release = threading.Event()
+    running = first.submit(release.wait, 10)
+    threads.give_back(first)  # its request ended (the client left) with the view still running
+    second = threads.take()
+    assert second is not first
+    assert second.submit(lambda: "at once").result(timeout=5) == "at once"
+    release.set()
+    running.result(timeout=5)
+    threads.give_back(second)
+    assert threads.take() is second, "an idle one is kept"
+    second.shutdown()
+
+
+def test_concurrent_requests_get_threads_of_their_own():
+    from llmgw.django_handler import RequestThreads
+
+    threads = RequestThreads(keep=1)
+    a, b = threads.take(), threads.take()
+    assert a is not b
+    threads.give_back(a)
+    threads.give_back(b)  # past the idle threads kept: it ends
+    assert threads.take() is a
+    assert b._shutdown
+    a.shutdown()
