@@ -16,9 +16,9 @@ consumes after the chain has returned, as before.
 
 So here the chain is loaded in sync mode, and a request crosses to its
 thread once for the whole of it (middleware, view, middleware). What each
-middleware and view sees is unchanged: the same request, in the same
-thread Django gives the request (one per request, as under Django's own
-handler), the same response, and an exception turned into a response by
+middleware and view sees is unchanged: the same request, on one thread
+for the whole request (its chain, view, streamed pages and close), the
+same response, and an exception turned into a response by
 the same middleware (core.errors.DatabaseDownMiddleware's 503 among them).
 An ``async def`` view still works, through one ``async_to_sync`` of Django's.
 
@@ -60,11 +60,15 @@ class RequestThread(ThreadPoolExecutor):
     def submit(self, fn, /, *args, **kwargs) -> Future:
         with self._lock:
             self._running += 1
-        future = super().submit(fn, *args, **kwargs)
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._finished(None)  # never queued (the executor was shut down): nothing runs
+            raise
         future.add_done_callback(self._finished)
         return future
 
-    def _finished(self, _future: Future) -> None:
+    def _finished(self, _future: Future | None) -> None:
         with self._lock:
             self._running -= 1
 

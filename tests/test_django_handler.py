@@ -186,3 +186,13 @@ def test_concurrent_requests_get_threads_of_their_own():
     assert threads.take() is a
     assert b._shutdown
     a.shutdown()
+
+
+def test_a_submit_refused_by_a_shut_thread_leaves_it_idle():
+    from llmgw.django_handler import RequestThread
+
+    thread = RequestThread()
+    thread.shutdown()
+    with pytest.raises(RuntimeError):
+        thread.submit(print)
+    assert thread.idle

@@ -321,7 +321,7 @@ def ingest_new_node(node: Node, report: dict, now: datetime) -> IngestResult:
     """
     result = IngestResult()
     _take_columns(node, report, report_digest(report), now, result)
-    # One row, as save(force_insert=True) writes it (no model sends Node signals), for less CPU (core.rowinsert).
+    # The row save(force_insert=True) writes, for less CPU (core.rowinsert); nothing listens to Node's save signals.
     insert_rows(Node, [node])
     result.writes += 1
     if "gpus" in report:
