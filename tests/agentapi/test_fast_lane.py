@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentapi.limits import REVOKED, SEND_BEARER, USE_POST
+from core import dbpool
 from inventory.models import Node
 from inventory.writes.heartbeats import desk
 from llmgw.asgi import application
@@ -144,6 +145,38 @@ def test_an_unchanged_report_is_answered_without_the_database(fleet):
     desk.flush()
 
     assert Node.objects.filter(load={"cpu_percent": 99.0}, last_report_at__gte=before).count() == 20
+
+
+def test_a_process_that_does_not_know_the_node_looks_it_up_and_takes_its_unchanged_report(fleet, monkeypatch):
+    """One of several admin processes meets a node another registered: its unchanged report is still taken here.
+
+    Before, a credential this process had not cached sent the report to the
+    view, which took it in full (a tenth of a registration's work) once per
+    node and process: with two admin processes, half the fleet's reports in
+    the first minute (bench/scale.py --admin-workers 2).
+    """
+    from inventory.writes import ingest
+
+    taken_by_view = []
+    real = ingest.ingest_report
+    monkeypatch.setattr(ingest, "ingest_report", lambda *a, **k: taken_by_view.append(a) or real(*a, **k))
+    bodies = [report(hostname=f"node-{i:02d}") for i in range(len(fleet))]
+    desk.refresh_shards()
+    desk.nodes.clear()
+    desk.digests.clear()  # this process never registered the fleet
+    # As in an admin process, which pools: each lookup's thread hands its connection back at once.
+    monkeypatch.setattr(dbpool, "pooled", lambda: True)
+    answers = asyncio.run(reports(fleet, bodies))
+    assert all(a.status_code == 200 and a.json()["unchanged"] is True for a in answers), [a.text for a in answers]
+    assert taken_by_view == []
+    assert len(desk.nodes) == len(fleet), "known from now on"
+
+
+def test_an_unknown_credential_s_report_is_the_view_s_to_refuse(fleet, monkeypatch):
+    monkeypatch.setattr(dbpool, "pooled", lambda: True)  # the lookup's thread hands its connection back
+    for token, status, error in (("not-a-credential", 401, REVOKED), ("", 401, SEND_BEARER)):
+        answer = asgi("/api/v1/agent/report", token, report(hostname="node-00"))
+        assert (answer.status_code, answer.json()) == (status, {"error": error})
 
 
 def test_a_changed_report_goes_on_to_the_view_and_is_stored(fleet):

@@ -148,3 +148,111 @@ def test_every_credential_a_node_was_cached_under_stops_when_it_registers_again(
     desk.remember(node)
     assert not desk.nodes and not desk.digests
     assert desk.lookup("s3") is None and not desk.digests  # unknown (not stored): nothing cached
+
+
+def _counting_fleet_reads(monkeypatch) -> list[int]:
+    """How many times the desk reads every node's credential, and how many rows each time."""
+    from inventory.writes import heartbeats
+
+    reads: list[int] = []
+    real = heartbeats._FLEET_REFS.rows
+    monkeypatch.setattr(
+        heartbeats._FLEET_REFS, "rows", lambda *a, **k: reads.append(len(rows := real(*a, **k))) or rows
+    )
+    return reads
+
+
+def test_a_credential_the_desk_does_not_know_makes_it_learn_the_fleet_in_one_read(monkeypatch):
+    """One of several admin processes meets every node another registered: one query, not one per node."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    reads = _counting_fleet_reads(monkeypatch)
+    for i in range(30):
+        Node.objects.create(name=f"n-{i:02}", credential_digest=hash_token(f"s{i}"), report_digest=f"r{i}")
+    Node.objects.create(name="never-registered")  # no credential: not learned
+    desk = HeartbeatDesk()
+    with CaptureQueriesContext(connection) as queries:
+        # As the fast lane asks: the cache first, the database when it does not know.
+        refs = [desk.cached(f"s{i}") or desk.lookup(f"s{i}") for i in range(30)]
+    assert len(queries) == 1 and reads == [30], [q["sql"][:60] for q in queries]
+    assert [(r.name, r.report_digest) for r in refs] == [(f"n-{i:02}", f"r{i}") for i in range(30)]
+    assert all(desk.cached(f"s{i}") is not None for i in range(30))
+
+    # Within LEARN_EVERY_S a credential still not known is looked up alone: registered since, or wrong.
+    late = Node.objects.create(name="late", credential_digest=hash_token("late"))
+    with CaptureQueriesContext(connection) as queries:
+        assert desk.lookup("late").pk == late.pk
+        assert desk.lookup("wrong") is None
+    assert len(queries) == 2 and reads == [30]
+    assert desk.cached("wrong") is None
+
+
+def test_the_fleet_is_read_again_only_after_learn_every_s(monkeypatch):
+    from inventory.writes import heartbeats
+
+    reads = _counting_fleet_reads(monkeypatch)
+    Node.objects.create(name="a", credential_digest=hash_token("a"))
+    desk = HeartbeatDesk()
+    assert desk.lookup("wrong") is None and desk.lookup("also-wrong") is None
+    assert reads == [1], "a stream of unknown credentials reads the fleet once per LEARN_EVERY_S, not each time"
+    now = heartbeats.time.monotonic()
+    monkeypatch.setattr(heartbeats.time, "monotonic", lambda: now + heartbeats.LEARN_EVERY_S + 1)
+    assert desk.lookup("wrong") is None and reads == [1, 1]
+
+
+def test_what_the_desk_was_told_while_it_read_the_fleet_is_kept(monkeypatch):
+    """A node re-registered (a new credential) while the fleet was read: the old credential is not learned back."""
+    from inventory.writes import heartbeats
+
+    node = Node.objects.create(name="rotating", credential_digest=hash_token("old"))
+    desk = HeartbeatDesk()
+    real = heartbeats._FLEET_REFS.rows
+
+    def read_then_rotate(*a, **k):
+        rows = real(*a, **k)  # still the old credential
+        node.credential_digest = hash_token("new")
+        Node.objects.filter(pk=node.pk).update(credential_digest=node.credential_digest)
+        desk.remember(node)  # the registration view, on another thread, meanwhile
+        return rows
+
+    monkeypatch.setattr(heartbeats._FLEET_REFS, "rows", read_then_rotate)
+    desk.learn_fleet()
+    assert set(desk.nodes) == {hash_token("new")} and desk.digests == {node.pk: {hash_token("new")}}
+
+
+def test_one_thread_reads_the_fleet_while_the_others_look_up_alone(monkeypatch):
+    import threading
+
+    from django.db import connections
+
+    from inventory.writes import heartbeats
+
+    Node.objects.create(name="a", credential_digest=hash_token("a"))
+    desk = HeartbeatDesk()
+    inside, release = threading.Event(), threading.Event()
+    real = heartbeats._FLEET_REFS.rows
+    reads = []
+
+    def slow(*a, **k):
+        reads.append(1)
+        inside.set()
+        release.wait(10)
+        return real(*a, **k)
+
+    monkeypatch.setattr(heartbeats._FLEET_REFS, "rows", slow)
+    def learn() -> None:
+        try:
+            desk.learn_fleet()
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    learner = threading.Thread(target=learn)
+    # learn_fleet runs outside lookup here: mark it as lookup would before starting it.
+    assert desk._learning_due()
+    learner.start()
+    assert inside.wait(10)
+    assert not desk._learning_due(), "a second reader while one reads"
+    release.set()
+    learner.join(10)
+    assert reads == [1] and not desk.learning
