@@ -39,6 +39,12 @@ class Connection:
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
 
+    def close(self) -> None:
+        """Close the socket; the next request opens another."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
     async def send(self, request: bytes) -> Answer:
         if self.writer is None or self.writer.is_closing():
             await self.open()

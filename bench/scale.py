@@ -2,17 +2,23 @@
 
 For each size, in its own fresh PostgreSQL database (``llmgw_bench_scale``):
 
-1. ``llmgw serve`` starts on it (Redis as channel layer and broker) and the
+1. ``llmgw serve`` starts on it (Redis as channel layer and broker; two
+   processes on the admin listener, ``--admin-workers``) and the
    whole fleet registers through the real protocol, each node's full report
-   in its registration, from pre-encoded requests over keep-alive sockets
-   (bench/loadgen.py). The registrations build the fleet every later figure
+   in its registration, from pre-encoded requests, ``--register-connections``
+   at a time, each on a connection of its own as an agent's is
+   (bench/loadgen.py; ``--register-keep-alive`` sends them over that many
+   sockets kept open instead, which one of several admin processes may
+   accept all of). The registrations build the fleet every later figure
    reads: a hundredth of the nodes are GB200 NVL72 racks (18 trays each, so
    100 racks at 10,000), a fiftieth A100 MIG boxes, a hundredth CPU nodes,
    the rest 8-GPU HGX on two InfiniBand fabrics.
 2. Every node heartbeats every 5 s through the fast lane, a full (unchanged)
    report every 60 s in place of one beat, for ``--seconds``: the held ratio,
    p99, and the CPU the server's processes spent per request; the load
-   generator's own CPU per request beside it.
+   generator's own CPU per request beside it. The first heartbeat period
+   (``--warmup``) goes before and its CPU is printed apart: there each of
+   several admin processes meets the nodes the others registered.
 3. The serve process tree's resident memory, then serve is stopped.
 4. A replica on every HGX node, then the read side in this process through
    Django (the server's own work, no network): ``/api/v1/summary``,
@@ -216,8 +222,11 @@ def start_server(data: Path, admin_workers: int = 1) -> tuple[subprocess.Popen, 
 # ---------------------------------------------------------------- the protocol side
 
 
-async def run_queue(host: str, port: int, requests: list, connections: int, on_answer) -> None:
-    """Send (kind, bytes, due) items from a list through ``connections`` keep-alive sockets."""
+async def run_queue(host: str, port: int, requests: list, connections: int, on_answer, fresh: bool = False) -> None:
+    """Send (kind, bytes, due) items from a list through ``connections`` keep-alive sockets.
+
+    ``fresh``: each request on a connection of its own, closed once answered.
+    """
     queue: asyncio.Queue = asyncio.Queue()
     for item in requests:
         queue.put_nowait(item)
@@ -228,6 +237,8 @@ async def run_queue(host: str, port: int, requests: list, connections: int, on_a
             item = queue.get_nowait()
             try:
                 on_answer(item, await conn.send(item[1]))
+                if fresh:
+                    conn.close()
             except (ConnectionError, OSError, asyncio.IncompleteReadError):
                 on_answer(item, None)
                 conn = Connection(host, port)
@@ -236,7 +247,7 @@ async def run_queue(host: str, port: int, requests: list, connections: int, on_a
 
 
 async def register(
-    admin: str, join: str, sims: list, connections: int, pid: int, answered_at: dict[str, float]
+    admin: str, join: str, sims: list, connections: int, pid: int, answered_at: dict[str, float], fresh: bool
 ) -> tuple[dict, list[str]]:
     host, port = admin.rsplit(":", 1)
     requests = [
@@ -264,7 +275,7 @@ async def register(
             answered_at[item[0]] = time.monotonic()
 
     cpu0, client0, t0 = tree_cpu(pid), time.process_time(), time.monotonic()
-    await run_queue(host, int(port), requests, connections, answered)
+    await run_queue(host, int(port), requests, connections, answered, fresh)
     took = time.monotonic() - t0
     cpu1 = tree_cpu(pid)
     server, busiest = cpu_spent(cpu0, cpu1)
@@ -290,17 +301,29 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
     beats = [encode_post(admin, "/api/v1/agent/heartbeat", c, beat_body) for c, _ in fleet]
     reports = [encode_post(admin, "/api/v1/agent/report", c, body) for c, body in fleet]
     n, every = len(fleet), max(1, round(args.report / args.heartbeat))
+
+    async def drive(seconds: float):
+        return await drive_fleet(
+            host,
+            int(port),
+            beats,
+            reports,
+            heartbeat_s=args.heartbeat,
+            report_s=args.report,
+            seconds=seconds,
+            connections=args.connections,
+        )
+
+    # The first heartbeat period after the registrations, apart: an admin process meets each node that
+    # another registered once (one lookup), a cost of the storm's end and not of the steady state.
+    first_cpu = None
+    if args.warmup > 0:
+        cpu0 = tree_cpu(pid)
+        warm = await drive(args.warmup)
+        first_answered = len(warm.samples["heartbeat"]) + len(warm.samples["report"])
+        first_cpu = cpu_spent(cpu0, tree_cpu(pid))[0] / max(1, first_answered) * 1000
     cpu0, client0 = tree_cpu(pid), time.process_time()
-    run = await drive_fleet(
-        host,
-        int(port),
-        beats,
-        reports,
-        heartbeat_s=args.heartbeat,
-        report_s=args.report,
-        seconds=args.seconds,
-        connections=args.connections,
-    )
+    run = await drive(args.seconds)
     cpu1 = tree_cpu(pid)
     (server, busiest), client = cpu_spent(cpu0, cpu1), time.process_time() - client0
     samples, errors, elapsed = run.samples, run.errors, run.elapsed
@@ -314,6 +337,7 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
         "hb_p99_ms": pct(samples["heartbeat"], 99),
         "report_p99_ms": pct(samples["report"], 99),
         "hb_server_cpu_ms": server / max(1, answered) * 1000,
+        "hb_first_cpu_ms": first_cpu,
         "hb_busiest_cpu_ms": busiest / max(1, answered) * 1000,
         "hb_server_cores": server / elapsed,
         "hb_client_cpu_ms": client / max(1, answered) * 1000,
@@ -330,7 +354,9 @@ async def protocol_side(sims: list, args) -> dict:
         # A fleet page open through it all: the registrations are the storm it hears (each is news to it).
         with LiveWatch(admin, data) as page:
             await asyncio.sleep(1)  # its socket open before the first registration
-            figures, creds = await register(admin, join, sims, args.register_connections, proc.pid, answered_at)
+            figures, creds = await register(
+                admin, join, sims, args.register_connections, proc.pid, answered_at, not args.register_keep_alive
+            )
             if args.seconds > 0:
                 figures.update(await heartbeats(admin, sims, creds, args, proc.pid))
             await asyncio.sleep(1.5)  # what the socket still holds
@@ -531,6 +557,7 @@ ROWS = (
     ("report_p99_ms", "  unchanged full report p99, ms", "{:.1f}"),
     ("hb_server_cpu_ms", "  server CPU per request (all processes), ms", "{:.2f}"),
     ("hb_busiest_cpu_ms", "    of which its busiest process, ms", "{:.2f}"),
+    ("hb_first_cpu_ms", "  the same in the first period, not counted above, ms", "{:.2f}"),
     ("hb_server_cores", "  server cores busy", "{:.2f}"),
     ("hb_client_cpu_ms", "  load generator CPU per request, ms", "{:.3f}"),
     ("hb_errors", "  errors", "{}"),
@@ -580,12 +607,26 @@ def main() -> int:
     parser.add_argument("--sizes", default="2000,5000,10000")
     parser.add_argument("--seconds", type=float, default=30, help="heartbeat drive per size; 0 skips it")
     parser.add_argument("--heartbeat", type=float, default=5.0)
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds of heartbeats before those measured, their CPU apart (default: one heartbeat period)",
+    )
     parser.add_argument("--report", type=float, default=60.0)
     parser.add_argument("--connections", type=int, default=32, help="sockets the heartbeats use")
     # The PostgreSQL here is shared: each concurrent registration holds a connection in the server's thread pool.
     parser.add_argument("--register-connections", type=int, default=6)
     parser.add_argument(
-        "--admin-workers", type=int, default=1, help="LLMGW_ADMIN_WORKERS: processes serving the admin listener"
+        "--register-keep-alive",
+        action="store_true",
+        help="registrations over the --register-connections sockets kept open, not a connection each",
+    )
+    parser.add_argument(
+        "--admin-workers",
+        type=int,
+        default=2,
+        help="LLMGW_ADMIN_WORKERS: processes serving the admin listener (2: one a core here)",
     )
     parser.add_argument("--requests", type=int, default=10, help="timed requests per read path")
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")
@@ -597,6 +638,8 @@ def main() -> int:
         "--read-only-from", metavar="NAME", help="measure only the read side, on a copy of NAME_<size> (--keep-db's)"
     )
     args = parser.parse_args()
+    if args.warmup is None:
+        args.warmup = args.heartbeat
     setup_django()
     from agent.simulator.fleet import build_fleet
 

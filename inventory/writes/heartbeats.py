@@ -216,9 +216,10 @@ class HeartbeatDesk:
         admin processes meets the nodes the others registered, and a process
         that starts meets the whole fleet, within a heartbeat period. So the
         first miss in ``LEARN_EVERY_S`` reads every node's credential in one
-        query (:meth:`learn_fleet`: 30 ms for 10,000 nodes, where 10,000
-        lookups cost 3 s of CPU); a credential still not known is looked up
-        alone, as one registered since or a wrong one is.
+        query (:meth:`learn_fleet`: 23 to 130 ms of CPU for 10,000 nodes,
+        where 10,000 lookups one by one cost 1.4 s, measured in-process); a
+        credential still not known is looked up alone, as one registered
+        since or a wrong one is.
         """
         digest = hash_token(secret)
         if self._learning_due():

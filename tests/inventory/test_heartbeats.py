@@ -241,6 +241,7 @@ def test_one_thread_reads_the_fleet_while_the_others_look_up_alone(monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(heartbeats._FLEET_REFS, "rows", slow)
+
     def learn() -> None:
         try:
             desk.learn_fleet()
