@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.simulator.fleet import build_fleet
 from agent.simulator.runner import Simulation
-from bench.loadgen import drive_fleet, encode_post
+from bench.loadgen import drive_fleet_as_told, encode_post
 from bench.serve import start_serve
 
 PG = "postgresql://postgres@127.0.0.1:5432"
@@ -91,21 +91,11 @@ async def register_fleet(admin: str, join: str, args) -> list[tuple[str, bytes]]
 
 async def drive(admin: str, join: str, args, pid: int) -> None:
     fleet = await register_fleet(admin, join, args)
-    host, port = admin.rsplit(":", 1)
     beat_body = json.dumps({"load": {"cpu_percent": 12.5, "load1": 0.8}, "shards": []}).encode()
     beats = [encode_post(admin, "/api/v1/agent/heartbeat", cred, beat_body) for cred, _ in fleet]
     reports = [encode_post(admin, "/api/v1/agent/report", cred, body) for cred, body in fleet]
     before, cpu_before = db_counters(), cpu_seconds(pid)
-    run = await drive_fleet(
-        host,
-        int(port),
-        beats,
-        reports,
-        heartbeat_s=args.heartbeat,
-        report_s=args.report,
-        seconds=args.seconds,
-        connections=args.connections,
-    )
+    run = await drive_fleet_as_told(admin, beats, reports, args, args.seconds)
     after, cpu_after = db_counters(), cpu_seconds(pid)
     samples, errors, elapsed = run.samples, run.errors, run.elapsed
     report_results(args, samples, errors, elapsed, before, after, cpu_after - cpu_before)

@@ -161,3 +161,19 @@ async def drive_fleet(
     for task in workers:
         task.cancel()
     return FleetRun(samples, errors, elapsed)
+
+
+async def drive_fleet_as_told(admin: str, beats: list[bytes], reports: list[bytes], args, seconds: float) -> FleetRun:
+    """:func:`drive_fleet` against ``admin`` (host:port) for ``seconds``, at the command line's
+    ``--heartbeat``, ``--report`` and ``--connections``."""
+    host, port = admin.rsplit(":", 1)
+    return await drive_fleet(
+        host,
+        int(port),
+        beats,
+        reports,
+        heartbeat_s=args.heartbeat,
+        report_s=args.report,
+        seconds=seconds,
+        connections=args.connections,
+    )

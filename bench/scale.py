@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import djangodb
 from bench.ingest import cpu_seconds, pct
 from bench.livewatch import LiveWatch
-from bench.loadgen import Connection, drive_fleet, encode_post
+from bench.loadgen import Connection, drive_fleet_as_told, encode_post
 from bench.serve import start_serve
 
 PG = "postgresql://postgres@127.0.0.1:5432"
@@ -295,7 +295,6 @@ async def register(
 
 async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -> dict:
     """The fleet's heartbeats (and unchanged full reports) for args.seconds, as bench/ingest.py drives them."""
-    host, port = admin.rsplit(":", 1)
     fleet = [(c, json.dumps(s.report()).encode()) for s, c in zip(sims, creds, strict=True) if c]
     beat_body = json.dumps({"load": {"cpu_percent": 12.5, "load1": 0.8}, "shards": []}).encode()
     beats = [encode_post(admin, "/api/v1/agent/heartbeat", c, beat_body) for c, _ in fleet]
@@ -303,16 +302,7 @@ async def heartbeats(admin: str, sims: list, creds: list[str], args, pid: int) -
     n, every = len(fleet), max(1, round(args.report / args.heartbeat))
 
     async def drive(seconds: float):
-        return await drive_fleet(
-            host,
-            int(port),
-            beats,
-            reports,
-            heartbeat_s=args.heartbeat,
-            report_s=args.report,
-            seconds=seconds,
-            connections=args.connections,
-        )
+        return await drive_fleet_as_told(admin, beats, reports, args, seconds)
 
     # The first heartbeat period after the registrations, apart: an admin process meets each node that
     # another registered once (one lookup), a cost of the storm's end and not of the steady state.
