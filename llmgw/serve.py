@@ -13,30 +13,27 @@ Steps:
 5. Start the gateway listener's processes (LLMGW_GATEWAY_WORKERS of them,
    uvicorn; see llmgw.gateway_server for why) on a socket bound here.
 6. Serve the admin listener with uvicorn (llmgw.admin_server) until
-   SIGINT/SIGTERM: in this process, or in LLMGW_ADMIN_WORKERS processes on a
-   socket bound here. Then stop the admin processes (each writes the
-   heartbeats it queued), the gateway processes and the worker, and exit.
+   SIGINT/SIGTERM in this process, then stop the gateway processes and the
+   worker, and exit. With LLMGW_ADMIN_WORKERS above one, steps 4 and 5 and
+   the admin processes are left to llmgw.supervisor instead: this process
+   binds both sockets and replaces itself with it (same pid), so that the
+   parent that only watches its children does not keep Django loaded. At
+   SIGTERM it stops the admin processes (each writes the heartbeats it
+   queued), the gateway processes and the worker.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
 
 from core import config, dbpool, tracing
-from llmgw.children import die_with_parent
+from llmgw import supervisor
 from llmgw.listener_processes import ListenerProcesses, listen
-
-log = logging.getLogger("llmgw.serve")
-WORKER_STOP_TIMEOUT_S = 15
+from llmgw.supervisor import WORKER_STOP_TIMEOUT_S, ProcessWorker
 
 
 def fail(message: str) -> int:
@@ -99,85 +96,6 @@ class ThreadWorker:
         self.thread.join(WORKER_STOP_TIMEOUT_S)
 
 
-class ProcessWorker:
-    """``celery -A llmgw worker -B`` as a child process, in a process group of its own, started again if it exits.
-
-    The group lets stop() reach the worker's pool and beat processes too: the
-    worker usually takes them down itself, but one that is stuck must not
-    outlive the server. A worker that exits on its own (one that found
-    itself quiet, llmgw.worker_guard; one that was killed) is started again
-    after RESTART_S, as systemd's ``Restart=always`` does for the separate
-    unit.
-    """
-
-    RESTART_S = 2.0
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.stopping = threading.Event()
-        self.watcher: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._spawn()
-        self.watcher = threading.Thread(target=self._keep_running, name="celery-worker-watch", daemon=True)
-        self.watcher.start()
-
-    def _spawn(self) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "llmgw",
-            "--quiet",
-            "worker",
-            "-B",
-            "--loglevel=WARNING",
-            "--concurrency=2",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-        self.proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, start_new_session=True)
-
-    def _keep_running(self) -> None:
-        while not self.stopping.is_set():
-            proc = self.proc
-            status = proc.wait()
-            if self.stopping.wait(self.RESTART_S):
-                return
-            # What it left of its group (a pool process, the beat) goes first: a second beat would queue twice.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            log.warning("llmgw: the Celery worker exited (status %s); starting it again", status)
-            self._spawn()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.proc is None:
-            return
-        group = self.proc.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGTERM)
-        try:
-            self.proc.wait(WORKER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        deadline = time.monotonic() + 5
-        while _group_alive(group) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def announce(cfg: config.Config, written: list) -> None:
     admin = "" if cfg.admin_workers == 1 else f"; {cfg.admin_workers} processes, LLMGW_ADMIN_WORKERS"
     print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/{admin})", flush=True)
@@ -198,40 +116,6 @@ def announce(cfg: config.Config, written: list) -> None:
         )
     else:
         print(f"llmgw: the admin password is in {cfg.data_dir}/admin-password", flush=True)
-
-
-def run_admin(cfg: config.Config) -> None:
-    """The admin listener until SIGTERM or SIGINT: served here, or by LLMGW_ADMIN_WORKERS children on one socket.
-
-    Either way each process that served it has written the heartbeats it
-    queued when this returns.
-    """
-    from llmgw import admin_server
-
-    if cfg.admin_workers == 1:
-        admin_server.serve(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
-        return
-    admin = ListenerProcesses(
-        listen(cfg.admin_addr.host, cfg.admin_addr.port), cfg.admin_workers, "llmgw.admin_server", "admin"
-    )
-    admin.start()
-    try:
-        wait_for_stop()
-    finally:
-        # SIGTERM to each: it stops taking requests, writes its queued beats and ends.
-        admin.stop()
-
-
-def wait_for_stop() -> None:
-    """Return on SIGTERM or SIGINT."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while not stop.wait(1.0):
-            pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def main(argv: list[str]) -> int:
@@ -279,6 +163,8 @@ def main(argv: list[str]) -> int:
     boot = first_start(cfg.data_dir)
     announce(cfg, boot.written)
 
+    if cfg.admin_workers > 1:
+        return become_supervisor(cfg, worker=not args.no_worker)
     worker = None
     if not args.no_worker:
         from llmgw.celery import app as celery_app
@@ -290,10 +176,37 @@ def main(argv: list[str]) -> int:
     )
     gateway.start()
     try:
-        run_admin(cfg)
+        # This process is the admin listener until SIGTERM or SIGINT; it has written the heartbeats
+        # it queued when this returns.
+        from llmgw import admin_server
+
+        admin_server.serve(host=cfg.admin_addr.host, port=cfg.admin_addr.port)
     finally:
         gateway.stop()
         if worker is not None:
             worker.stop()
     print("llmgw: stopped", flush=True)
     return 0
+
+
+def become_supervisor(cfg: config.Config, worker: bool) -> int:
+    """Bind both listeners' sockets, then replace this process with llmgw.supervisor, which starts the children.
+
+    Several admin processes leave the parent nothing to serve, and what it
+    loaded to migrate (Django, every app) would stay resident for nothing.
+    Nothing is started before the exec: no child, whose death signal would
+    be tied to a thread that exec ends, and no thread, which exec would end
+    mid-work. Does not return unless the exec fails.
+    """
+    from django.db import connections
+
+    admin_sock = listen(cfg.admin_addr.host, cfg.admin_addr.port)
+    gateway_sock = listen(cfg.gateway_addr.host, cfg.gateway_addr.port)
+    connections.close_all()
+    argv = supervisor.command(
+        admin_sock.fileno(), cfg.admin_workers, gateway_sock.fileno(), cfg.gateway_workers, worker=worker
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return 1  # not reached: execv returns only by raising

@@ -442,6 +442,39 @@ def test_an_admin_process_that_dies_is_started_again_and_the_listener_keeps_answ
     assert "admin process" in server.log.read_text() and server.stop() == 0
 
 
+def rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_the_parent_of_several_admin_processes_is_the_lean_supervisor_not_a_django_process(two_admin_processes):
+    """With several admin processes llmgw serve migrates, then replaces itself (same pid) with llmgw.supervisor.
+
+    A parent that kept Django and every app loaded held ~120 MB of the 1 GB
+    that a 10,000-node control host is allowed, for no request. The pid the
+    operator started still owns every child: admin, gateway and the Celery
+    worker; and the supervisor loaded no Django (at most a small interpreter).
+    """
+    server, _ = two_admin_processes
+    admin_processes(server, 2)
+    parent = server.proc.pid
+    assert b"llmgw.supervisor" in Path(f"/proc/{parent}/cmdline").read_bytes()
+    below = b"\n".join(Path(f"/proc/{p}/cmdline").read_bytes() for p in descendants(parent) if alive(p))
+    assert b"llmgw.gateway_server" in below and b"celery" in below, below
+    assert rss_kb(parent) < 60_000, f"{rss_kb(parent)} kB: the supervisor holds more than an interpreter"
+    # The admin processes' memory, for scale: each holds Django and the apps.
+    assert all(rss_kb(p) > 2 * rss_kb(parent) for p in admin_processes(server, 2))
+    assert server.stop() == 0, server.log.read_text()
+
+
+def test_the_supervisor_module_loads_no_django():
+    """The import contract in pyproject.toml holds it statically; this, what an import really pulls in."""
+    probe = "import sys, llmgw.supervisor; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    for framework in ("django", "rest_framework", "celery", "channels", "core", "inventory"):
+        assert f"'{framework}'" not in loaded, loaded
+
+
 def test_a_registration_storm_borrows_from_the_admin_pool_and_survives_its_connections_dying(tmp_path):
     """The admin process lends its requests connections from a pool (core.dbpool), not one opened per request.
 

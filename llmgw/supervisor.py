@@ -1,0 +1,181 @@
+"""The lean parent of ``llmgw serve`` when the admin listener runs in several processes.
+
+Once ``llmgw serve`` has checked the configuration, migrated and bound both
+listening sockets, it has nothing left to do but start, watch and stop its
+children; it does that in this module, into which it replaces itself
+(``exec``: same pid, so the children's ``--parent`` and an operator's
+``kill`` still name it). Django, DRF, Celery and the control plane's apps
+are never imported here (an import contract holds it): a parent that keeps
+them loaded holds about 100 MB that no request ever uses, and at 10,000
+nodes the server's whole budget is 1 GB.
+
+With one admin process the parent is that process and serves requests
+itself (llmgw.serve.run_admin); this module is not used.
+
+Its absence (an older ``llmgw serve``) only costs that memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from llmgw.children import die_with_parent
+from llmgw.listener_processes import ListenerProcesses
+
+log = logging.getLogger("llmgw.serve")
+WORKER_STOP_TIMEOUT_S = 15
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The same lines as llmgw.settings.LOGGING writes, for one log that reads alike."""
+
+
+class ProcessWorker:
+    """``celery -A llmgw worker -B`` as a child process, in a process group of its own, started again if it exits.
+
+    The group lets stop() reach the worker's pool and beat processes too: the
+    worker usually takes them down itself, but one that is stuck must not
+    outlive the server. A worker that exits on its own (one that found
+    itself quiet, llmgw.worker_guard; one that was killed) is started again
+    after RESTART_S, as systemd's ``Restart=always`` does for the separate
+    unit.
+    """
+
+    RESTART_S = 2.0
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.stopping = threading.Event()
+        self.watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._spawn()
+        self.watcher = threading.Thread(target=self._keep_running, name="celery-worker-watch", daemon=True)
+        self.watcher.start()
+
+    def _spawn(self) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "llmgw",
+            "--quiet",
+            "worker",
+            "-B",
+            "--loglevel=WARNING",
+            "--concurrency=2",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        self.proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, start_new_session=True)
+
+    def _keep_running(self) -> None:
+        while not self.stopping.is_set():
+            proc = self.proc
+            status = proc.wait()
+            if self.stopping.wait(self.RESTART_S):
+                return
+            # What it left of its group (a pool process, the beat) goes first: a second beat would queue twice.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.warning("llmgw: the Celery worker exited (status %s); starting it again", status)
+            self._spawn()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.proc is None:
+            return
+        group = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
+        try:
+            self.proc.wait(WORKER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        deadline = time.monotonic() + 5
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT from now on."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def wait_for_stop(stop: threading.Event | None = None) -> None:
+    """Return on SIGTERM or SIGINT (or once ``stop``, from stop_signals, is set)."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stop = stop or stop_signals()
+    try:
+        # A timed wait, so that the main thread comes back to run the signal handler.
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def command(admin_fd: int, admin_workers: int, gateway_fd: int, gateway_workers: int, worker: bool) -> list[str]:
+    """The argv that llmgw.serve execs into; main() reads it back."""
+    argv = [sys.executable, "-m", "llmgw.supervisor", "--admin-fd", str(admin_fd), "--admin-workers"]
+    argv += [str(admin_workers), "--gateway-fd", str(gateway_fd), "--gateway-workers", str(gateway_workers)]
+    return argv + ([] if worker else ["--no-worker"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Before anything is started: a SIGTERM from here on stops what was started, in order.
+    stop = stop_signals()
+    parser = argparse.ArgumentParser(prog="python -m llmgw.supervisor", description=__doc__.splitlines()[0])
+    parser.add_argument("--admin-fd", type=int, required=True, help="the admin listener's socket, bound by llmgw serve")
+    parser.add_argument("--admin-workers", type=int, required=True)
+    parser.add_argument("--gateway-fd", type=int, required=True, help="the gateway listener's socket")
+    parser.add_argument("--gateway-workers", type=int, required=True)
+    parser.add_argument("--no-worker", action="store_true", help="no Celery worker and beat")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
+
+    worker = None if args.no_worker else ProcessWorker()
+    gateway = ListenerProcesses(
+        socket.socket(fileno=args.gateway_fd), args.gateway_workers, "llmgw.gateway_server", "gateway"
+    )
+    admin = ListenerProcesses(socket.socket(fileno=args.admin_fd), args.admin_workers, "llmgw.admin_server", "admin")
+    try:
+        if worker is not None:
+            worker.start()
+        gateway.start()
+        admin.start()
+        wait_for_stop(stop)
+    finally:
+        # SIGTERM to each admin process: it stops taking requests, writes its queued beats and ends.
+        admin.stop()
+        gateway.stop()
+        if worker is not None:
+            worker.stop()
+    print("llmgw: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
