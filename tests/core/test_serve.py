@@ -467,6 +467,24 @@ def test_the_parent_of_several_admin_processes_is_the_lean_supervisor_not_a_djan
     assert server.stop() == 0, server.log.read_text()
 
 
+def test_every_child_of_the_supervisor_ends_when_it_is_killed_outright(two_admin_processes):
+    """The exec keeps the promise that nothing outlives llmgw serve: each child's death signal is tied to
+    the supervisor (started from its main thread, after the exec), not to the Django process it replaced."""
+    server, _ = two_admin_processes
+    admin_processes(server, 2)
+    deadline = time.monotonic() + 30
+    while not celery_children(server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    children = descendants(server.proc.pid)
+    assert celery_children(server.proc.pid) and len(children) >= 4, children
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 30
+    while [p for p in children if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in children if alive(p)], "a child outlived the supervisor"
+
+
 def test_the_supervisor_module_loads_no_django():
     """The import contract in pyproject.toml holds it statically; this, what an import really pulls in."""
     probe = "import sys, llmgw.supervisor; print(sorted({m.split('.')[0] for m in sys.modules}))"
