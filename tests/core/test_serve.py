@@ -367,11 +367,16 @@ def admin_processes(server: Server, count: int) -> list[int]:
 @pytest.fixture
 def two_admin_processes(tmp_path):
     """llmgw serve with LLMGW_ADMIN_WORKERS=2, on Redis and a PostgreSQL database of its own; beats flushed hourly."""
+    yield from serve_two_admin_processes(tmp_path)
+
+
+def serve_two_admin_processes(tmp_path: Path, *args: str):
     from tests.hostile.live import Database
 
     database = Database()
     server = Server(
         tmp_path,
+        *args,
         LLMGW_ADMIN_WORKERS="2",
         LLMGW_REDIS_URL=os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
         LLMGW_DATABASE_URL=database.url,
@@ -483,6 +488,21 @@ def test_every_child_of_the_supervisor_ends_when_it_is_killed_outright(two_admin
     while [p for p in children if alive(p)] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in children if alive(p)], "a child outlived the supervisor"
+
+
+def test_the_supervisor_without_a_worker_starts_none_and_stops_cleanly(tmp_path):
+    """``--no-worker`` reaches the supervisor through the exec: the listeners, and no Celery process."""
+    served = serve_two_admin_processes(tmp_path, "--no-worker")
+    server, _ = next(served)
+    try:
+        admin_processes(server, 2)
+        time.sleep(2)  # the worker, had it been asked for, is started before the listeners
+        assert not celery_children(server.proc.pid)
+        assert httpx.get(f"http://{server.gateway}/healthz").status_code == 200
+        assert server.stop() == 0, server.log.read_text()
+        assert "llmgw: stopped" in server.log.read_text()
+    finally:
+        served.close()
 
 
 def test_the_supervisor_module_loads_no_django():
