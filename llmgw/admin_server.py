@@ -1,8 +1,8 @@
 """The admin listener's server: uvicorn with httptools on asyncio's loop, serving ``llmgw.asgi``.
 
 ``llmgw serve`` runs it in its own process when LLMGW_ADMIN_WORKERS is 1
-(the default), or binds the admin socket and starts that many of these
-processes on it (llmgw.listener_processes), with Redis as the channel layer
+(the default), or binds the admin socket and, as llmgw.supervisor, starts
+that many of these processes on it (llmgw.listener_processes), with Redis as the channel layer
 and PostgreSQL as the database (core.config refuses more than one
 otherwise). The admin listener takes every node's heartbeats and
 registrations: on a host with the cores for it, more processes take more of

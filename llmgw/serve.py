@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     if problem:
         return fail(f"configuration error: LLMGW_DATABASE_URL: the database cannot be reached: {problem}")
     if cfg.admin_workers == 1:
-        # This process serves the admin listener itself (run_admin): its connections come from the pool
+        # This process serves the admin listener itself (below): its connections come from the pool
         # its requests will share, from the migration's on. Not the check's above: against a database
         # that does not answer, a pool would only have said that it timed out.
         dbpool.pool_this_process(cfg.admin_db_connections)

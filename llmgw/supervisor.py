@@ -10,7 +10,7 @@ them loaded holds about 100 MB that no request ever uses, and at 10,000
 nodes the server's whole budget is 1 GB.
 
 With one admin process the parent is that process and serves requests
-itself (llmgw.serve.run_admin); this module is not used.
+itself (llmgw.serve.main); this module is not used.
 
 Its absence (an older ``llmgw serve``) only costs that memory.
 """
