@@ -29,6 +29,7 @@ import os
 import socket
 import sys
 import threading
+from typing import NoReturn
 
 from core import config, dbpool, tracing
 from llmgw import supervisor
@@ -164,7 +165,7 @@ def main(argv: list[str]) -> int:
     announce(cfg, boot.written)
 
     if cfg.admin_workers > 1:
-        return become_supervisor(cfg, worker=not args.no_worker)
+        become_supervisor(cfg, worker=not args.no_worker)
     worker = None
     if not args.no_worker:
         from llmgw.celery import app as celery_app
@@ -189,7 +190,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def become_supervisor(cfg: config.Config, worker: bool) -> int:
+def become_supervisor(cfg: config.Config, worker: bool) -> NoReturn:
     """Bind both listeners' sockets, then replace this process with llmgw.supervisor, which starts the children.
 
     Several admin processes leave the parent nothing to serve, and what it
@@ -208,5 +209,4 @@ def become_supervisor(cfg: config.Config, worker: bool) -> int:
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(argv[0], argv)
-    return 1  # not reached: execv returns only by raising
+    os.execv(argv[0], argv)  # returns only by raising

@@ -124,19 +124,6 @@ def stop_signals() -> threading.Event:
     return stop
 
 
-def wait_for_stop(stop: threading.Event | None = None) -> None:
-    """Return on SIGTERM or SIGINT (or once ``stop``, from stop_signals, is set)."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    stop = stop or stop_signals()
-    try:
-        # A timed wait, so that the main thread comes back to run the signal handler.
-        while not stop.wait(1.0):
-            pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def command(admin_fd: int, admin_workers: int, gateway_fd: int, gateway_workers: int, worker: bool) -> list[str]:
     """The argv that llmgw.serve execs into; main() reads it back."""
     argv = [sys.executable, "-m", "llmgw.supervisor", "--admin-fd", str(admin_fd), "--admin-workers"]
@@ -166,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             worker.start()
         gateway.start()
         admin.start()
-        wait_for_stop(stop)
+        # A timed wait, so that the main thread comes back to run the signal handler.
+        while not stop.wait(1.0):
+            pass
     finally:
         # SIGTERM to each admin process: it stops taking requests, writes its queued beats and ends.
         admin.stop()
