@@ -173,7 +173,10 @@ def main(argv: list[str]) -> int:
         worker = ThreadWorker(celery_app) if cfg.embedded else ProcessWorker()
         worker.start()
     gateway = ListenerProcesses(
-        listen(cfg.gateway_addr.host, cfg.gateway_addr.port), cfg.gateway_workers, "llmgw.gateway_server", "gateway"
+        listen(cfg.gateway_addr.host, cfg.gateway_addr.port, cfg.gateway_workers),
+        cfg.gateway_workers,
+        "llmgw.gateway_server",
+        "gateway",
     )
     gateway.start()
     try:
@@ -201,11 +204,15 @@ def become_supervisor(cfg: config.Config, worker: bool) -> NoReturn:
     """
     from django.db import connections
 
-    admin_sock = listen(cfg.admin_addr.host, cfg.admin_addr.port)
-    gateway_sock = listen(cfg.gateway_addr.host, cfg.gateway_addr.port)
+    admin_socks = listen(cfg.admin_addr.host, cfg.admin_addr.port, cfg.admin_workers)
+    gateway_socks = listen(cfg.gateway_addr.host, cfg.gateway_addr.port, cfg.gateway_workers)
     connections.close_all()
     argv = supervisor.command(
-        admin_sock.fileno(), cfg.admin_workers, gateway_sock.fileno(), cfg.gateway_workers, worker=worker
+        [s.fileno() for s in admin_socks],
+        cfg.admin_workers,
+        [s.fileno() for s in gateway_socks],
+        cfg.gateway_workers,
+        worker=worker,
     )
     sys.stdout.flush()
     sys.stderr.flush()

@@ -124,30 +124,40 @@ def stop_signals() -> threading.Event:
     return stop
 
 
-def command(admin_fd: int, admin_workers: int, gateway_fd: int, gateway_workers: int, worker: bool) -> list[str]:
-    """The argv that llmgw.serve execs into; main() reads it back."""
-    argv = [sys.executable, "-m", "llmgw.supervisor", "--admin-fd", str(admin_fd), "--admin-workers"]
-    argv += [str(admin_workers), "--gateway-fd", str(gateway_fd), "--gateway-workers", str(gateway_workers)]
+def command(
+    admin_fds: list[int], admin_workers: int, gateway_fds: list[int], gateway_workers: int, worker: bool
+) -> list[str]:
+    """The argv that llmgw.serve execs into; main() reads it back. ``*_fds``: llmgw.listener_processes.listen's."""
+    argv = [sys.executable, "-m", "llmgw.supervisor", "--admin-fds", _listed(admin_fds), "--admin-workers"]
+    argv += [str(admin_workers), "--gateway-fds", _listed(gateway_fds), "--gateway-workers", str(gateway_workers)]
     return argv + ([] if worker else ["--no-worker"])
+
+
+def _listed(fds: list[int]) -> str:
+    return ",".join(map(str, fds))
+
+
+def _sockets(listed: str) -> list[socket.socket]:
+    return [socket.socket(fileno=int(fd)) for fd in listed.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
     # Before anything is started: a SIGTERM from here on stops what was started, in order.
     stop = stop_signals()
     parser = argparse.ArgumentParser(prog="python -m llmgw.supervisor", description=__doc__.splitlines()[0])
-    parser.add_argument("--admin-fd", type=int, required=True, help="the admin listener's socket, bound by llmgw serve")
+    parser.add_argument(
+        "--admin-fds", required=True, help="the admin listener's sockets, bound by llmgw serve: one, or one a process"
+    )
     parser.add_argument("--admin-workers", type=int, required=True)
-    parser.add_argument("--gateway-fd", type=int, required=True, help="the gateway listener's socket")
+    parser.add_argument("--gateway-fds", required=True, help="the gateway listener's sockets, as --admin-fds")
     parser.add_argument("--gateway-workers", type=int, required=True)
     parser.add_argument("--no-worker", action="store_true", help="no Celery worker and beat")
     args = parser.parse_args(argv)
     logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
 
     worker = None if args.no_worker else ProcessWorker()
-    gateway = ListenerProcesses(
-        socket.socket(fileno=args.gateway_fd), args.gateway_workers, "llmgw.gateway_server", "gateway"
-    )
-    admin = ListenerProcesses(socket.socket(fileno=args.admin_fd), args.admin_workers, "llmgw.admin_server", "admin")
+    gateway = ListenerProcesses(_sockets(args.gateway_fds), args.gateway_workers, "llmgw.gateway_server", "gateway")
+    admin = ListenerProcesses(_sockets(args.admin_fds), args.admin_workers, "llmgw.admin_server", "admin")
     try:
         if worker is not None:
             worker.start()

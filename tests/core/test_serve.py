@@ -7,6 +7,8 @@ outlive the server.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
 import signal
@@ -23,6 +25,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 START_TIMEOUT_S = 60
+READY_PROBES = 16
 
 
 def free_port() -> int:
@@ -91,11 +94,15 @@ class Server:
             assert self.proc.poll() is None, self.log.read_text()
             # Both listeners: the gateway's workers start after the admin listener answers,
             # and a request sent before one accepts waits in the socket's queue (seconds,
-            # on a loaded host) — longer than a client's default timeout.
+            # on a loaded host) — longer than a client's default timeout. Each process of a
+            # listener has a socket of its own, and the kernel picks one by the connection's
+            # ports: READY_PROBES fresh connections each reach every one of two processes
+            # but for a chance of 2 in 2^READY_PROBES.
             try:
                 if all(
                     httpx.get(f"http://{addr}/healthz", timeout=2).status_code == 200
                     for addr in (self.admin, self.gateway)
+                    for _ in range(READY_PROBES)
                 ):
                     return
             except httpx.TransportError:
@@ -364,6 +371,47 @@ def admin_processes(server: Server, count: int) -> list[int]:
     raise AssertionError(f"not {count} admin processes: {found}\n" + server.log.read_text())
 
 
+def holders(pids: list[int], server_port: int, client_ports: list[int]) -> dict[int, int]:
+    """Client port → which of ``pids`` holds the server's end of that open TCP connection to ``server_port``."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, inode = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[9]
+            if local == server_port and remote in client_ports:
+                inodes[f"socket:[{inode}]"] = remote
+    found = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if (link := os.readlink(fd)) in inodes:
+                    found[inodes[link]] = pid
+    return found
+
+
+def test_connections_opened_at_once_and_kept_are_shared_by_the_admin_processes(two_admin_processes):
+    """32 kept connections opened in a burst (a load generator's, a pooling proxy's, agents reconnecting) land on
+    both processes: on one shared socket the first process awake took them all (llmgw.listener_processes.listen)."""
+    server, _ = two_admin_processes
+    pids = admin_processes(server, 2)
+    host, port = server.admin.rsplit(":", 1)
+    connections = [http.client.HTTPConnection(host, int(port), timeout=30) for _ in range(32)]
+    try:
+        for conn in connections:
+            conn.connect()
+        for conn in connections:
+            conn.request("GET", "/healthz")
+        for conn in connections:
+            assert conn.getresponse().read() and conn.sock is not None
+        held = holders(pids, int(port), [c.sock.getsockname()[1] for c in connections])
+    finally:
+        for conn in connections:
+            conn.close()
+    by_process = [list(held.values()).count(p) for p in pids]
+    # An even share by the kernel's hash: fewer than 4 of 32 on one process is a chance of about 1 in 400,000.
+    assert sum(by_process) == 32 and min(by_process) >= 4, by_process
+
+
 @pytest.fixture
 def two_admin_processes(tmp_path):
     """llmgw serve with LLMGW_ADMIN_WORKERS=2, on Redis and a PostgreSQL database of its own; beats flushed hourly."""
@@ -393,38 +441,43 @@ def serve_two_admin_processes(tmp_path: Path, *args: str):
 
 
 def test_several_admin_processes_each_write_the_beats_they_queued_when_serve_is_stopped(two_admin_processes):
-    """Each process takes beats (the other held stopped meanwhile, so the kernel hands it none) and writes
-    them when llmgw serve is stopped: none is lost with the process that queued it."""
+    """Both processes take beats (each beat on a connection of its own, which the kernel hands to one of them by
+    its ports; the test sees which) and write them when llmgw serve is stopped: none is lost with the process
+    that queued it."""
     import psycopg
 
     server, database = two_admin_processes
-    first, second = admin_processes(server, 2)
+    pids = admin_processes(server, 2)
     join = (server.data / "join-token").read_text().strip()
-    credentials = {}
-    for n in range(8):
+    host, port = server.admin.rsplit(":", 1)
+    names, took = [], {p: [] for p in pids}
+    # Until each process has taken two beats: 16 nodes are enough but for a chance of 1 in 2,000.
+    while min(map(len, took.values())) < 2:
+        assert len(names) < 64, took
+        name = f"tray-{len(names):02}"
         registered = httpx.post(
             f"http://{server.admin}/api/v1/agent/register",
-            json={"name": f"tray-{n:02}", "machine_id": f"m-{n}"},
+            json={"name": name, "machine_id": f"m-{name}"},
             headers={"Authorization": f"Bearer {join}"},
             timeout=30,
         )
         assert registered.status_code == 201, registered.text
-        credentials[f"tray-{n:02}"] = registered.json()["credential"]
-    names = sorted(credentials)
-    # A fresh connection per beat; a process held stopped accepts none, so each half goes to one process.
-    for stopped, half in ((first, names[:4]), (second, names[4:])):
-        os.kill(stopped, signal.SIGSTOP)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
         try:
-            for name in half:
-                beat = httpx.post(
-                    f"http://{server.admin}/api/v1/agent/heartbeat",
-                    json={"load": {"cpu_percent": float(names.index(name))}},
-                    headers={"Authorization": f"Bearer {credentials[name]}"},
-                    timeout=30,
-                )
-                assert beat.status_code == 200, beat.text
+            conn.request(
+                "POST",
+                "/api/v1/agent/heartbeat",
+                json.dumps({"load": {"cpu_percent": float(len(names))}}),
+                {"Authorization": f"Bearer {registered.json()['credential']}", "Content-Type": "application/json"},
+            )
+            beat = conn.getresponse()
+            assert beat.status == 200, beat.read()
+            beat.read()
+            (holder,) = holders(pids, int(port), [conn.sock.getsockname()[1]]).values()
         finally:
-            os.kill(stopped, signal.SIGCONT)
+            conn.close()
+        took[holder].append(name)
+        names.append(name)
 
     def loads() -> dict[str, object]:
         with psycopg.connect(database.url) as conn:
@@ -433,10 +486,12 @@ def test_several_admin_processes_each_write_the_beats_they_queued_when_serve_is_
     assert not any(loads().values()), "queued, not yet written: the interval is an hour"
     assert server.stop() == 0, server.log.read_text()
     assert loads() == {name: {"cpu_percent": float(i)} for i, name in enumerate(names)}
-    assert not [p for p in (first, second) if alive(p)], "no admin process outlives llmgw serve"
+    assert not [p for p in pids if alive(p)], "no admin process outlives llmgw serve"
 
 
 def test_an_admin_process_that_dies_is_started_again_and_the_listener_keeps_answering(two_admin_processes):
+    """A connection the kernel hands to the dead process's socket waits there for its replacement (the supervisor
+    holds the socket open), so none of the five is refused; some answer only once the new process is up."""
     server, _ = two_admin_processes
     first, second = admin_processes(server, 2)
     os.kill(first, signal.SIGKILL)
