@@ -1,4 +1,4 @@
-"""Child processes of ``llmgw serve`` that accept on one listening socket it bound: the gateway's, the admin's.
+"""Child processes of ``llmgw serve`` that accept on the listening sockets it bound: the gateway's, the admin's.
 
 ``llmgw serve`` binds the sockets, then starts a number of processes that
 each serve one (:func:`listen` says how the kernel spreads connections over
