@@ -596,9 +596,10 @@ def node_pages_json(
     now: datetime | None = None,
     fields: frozenset[str] | None = None,
     size: int | None = None,
+    in_database: bool | None = None,
 ) -> Iterator[list[str]]:
     """:func:`node_pages` with the wiring, each node as its JSON text (``inventory.reads.nodes.node_pages_json``)."""
-    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size)
+    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size, in_database)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

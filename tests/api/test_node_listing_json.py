@@ -41,8 +41,8 @@ def reference_pages(now, fields=None, size=None) -> list[list[str]]:
     ]
 
 
-def listed_pages(now, fields=None, size=None) -> list[list[str]]:
-    return list(node_pages_json(dumps, now=now, fields=fields, size=size))
+def listed_pages(now, fields=None, size=None, in_database=None) -> list[list[str]]:
+    return list(node_pages_json(dumps, now=now, fields=fields, size=size, in_database=in_database))
 
 
 def everything_fleet() -> None:
@@ -79,13 +79,21 @@ FIELDS = [
 ]
 
 
+# PostgreSQL aggregates: the aggregated path is tested where the tests run on it (as they do by default).
+AGGREGATED = pytest.param(
+    True, marks=pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL aggregates"), id="aggregated"
+)
+
+
+@pytest.mark.parametrize("in_database", [AGGREGATED, pytest.param(False, id="rows")])
 @pytest.mark.parametrize("fields", FIELDS, ids=lambda f: "all" if f is None else ",".join(sorted(f)))
-def test_the_listing_is_the_json_of_the_views_it_replaced_page_by_page(fields):
+def test_the_listing_is_the_json_of_the_views_it_replaced_page_by_page(fields, in_database):
+    """Either way the cards and ports are read: aggregated by PostgreSQL into a text a node, or as rows."""
     everything_fleet()
     now = timezone.now()
     for size in (3, None):  # pages of three (cards shared across pages), and the default
         want = reference_pages(now, fields, size)
-        got = listed_pages(now, fields, size)
+        got = listed_pages(now, fields, size, in_database)
         assert [len(p) for p in got] == [len(p) for p in want]
         for want_page, got_page in zip(want, got, strict=True):
             for w, g in zip(want_page, got_page, strict=True):
@@ -110,23 +118,34 @@ def test_the_array_the_api_sends_is_the_one_it_sent_before():
     assert b"".join(_array_chunks(node_pages_json(dumps, now=now, size=4), encoded=True)) == before
 
 
-def queries_a_page(size: int) -> tuple[int, list[int]]:
+def queries_a_page(size: int, in_database: bool) -> tuple[int, list[int]]:
     """(queries up to the end of the first page, queries of each later page) for the listing in pages of ``size``."""
     with CaptureQueriesContext(connection) as seen:
-        after = [len(seen) for _ in node_pages_json(dumps, size=size)]
+        after = [len(seen) for _ in node_pages_json(dumps, size=size, in_database=in_database)]
     return after[0], [b - a for a, b in pairwise(after)]
 
 
-def test_each_page_takes_three_queries_whatever_the_fleet_and_its_cards():
-    """Nodes, cards, ports: three a page, for a page of CPU nodes as for one of 18 NVL72 trays."""
+@pytest.mark.parametrize(
+    ("in_database", "per_page"), [pytest.param(True, 1, marks=AGGREGATED.marks, id="aggregated"), (False, 3)]
+)
+def test_each_page_takes_the_same_queries_whatever_the_fleet_and_its_cards(in_database, per_page):
+    """Aggregated, one a page (the nodes bring their cards and ports); as rows, three: nodes, cards, ports.
+    For a page of CPU nodes as for one of 18 NVL72 trays."""
     fleet("h100-hgx:2,cpu:2")
-    first_small, small = queries_a_page(size=2)
+    first_small, small = queries_a_page(2, in_database)
     fleet("gb200-nvl72:1,a100-mig:2")
     assert Node.objects.count() == 24
-    first_big, big = queries_a_page(size=2)
-    assert first_big == first_small, "the first page: the shards, the domains, its three"
+    first_big, big = queries_a_page(2, in_database)
+    assert first_big == first_small, "the first page: the shards, the domains, its own"
     assert len(big) == 11 and len(small) == 1, "pages after the first"
-    assert set(big) == set(small) == {3}
+    assert set(big) == set(small) == {per_page}
+
+
+def test_postgresql_aggregates_on_its_own_and_sqlite_reads_rows():
+    with CaptureQueriesContext(connection) as seen:
+        list(node_pages_json(dumps))
+    aggregated = any("json_agg" in q["sql"] for q in seen.captured_queries)
+    assert aggregated == (connection.vendor == "postgresql")
 
 
 def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
@@ -140,13 +159,14 @@ def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
 
 
 def test_a_node_registered_inside_a_page_between_its_queries_leaves_no_node_without_its_cards(monkeypatch):
-    """The cards and ports are read by the page's window of names, in queries after the nodes': a node added
-    in the page's range in between moves that window past the page's last node, whose rows are then read by id."""
+    """Read as rows, the cards and ports are read by the page's window of names, in queries after the nodes': a
+    node added in the page's range in between moves that window past the page's last node, whose rows are then
+    read by id. (Aggregated, a node's cards and ports are read in its own row's statement.)"""
     from inventory.reads import nodes as listing
 
     fleet("h100-hgx:4")
     now = timezone.now()
-    want = {json.loads(t)["id"]: t for page in listed_pages(now, size=2) for t in page}
+    want = {json.loads(t)["id"]: t for page in listed_pages(now, size=2, in_database=False) for t in page}
     sends = listing._PageSent._card_rows
     added = []
 
@@ -157,9 +177,42 @@ def test_a_node_registered_inside_a_page_between_its_queries_leaves_no_node_with
 
     monkeypatch.setattr(listing._PageSent, "_card_rows", cards_sent_after_a_registration)
     with CaptureQueriesContext(connection) as seen:
-        got = [json.loads(t) for page in listed_pages(now, size=2) for t in page]
+        got = [json.loads(t) for page in listed_pages(now, size=2, in_database=False) for t in page]
     assert added and [n["id"] for n in got] == ["hgx-000", "hgx-001", "hgx-002", "hgx-003"]
     # The first page's last node was outside the moved window: read again, with all its cards and ports.
     assert got[1]["gpu_total"] == 8 and len(got[1]["gpus"]) == 8 and got[1]["ib_ports"]
     assert [json.dumps(n, ensure_ascii=False, separators=(",", ":")) for n in got] == [want[n["id"]] for n in got]
     assert sum("hgx-000a" in q["sql"] for q in seen.captured_queries) == 1, "the registration, nothing else"
+
+
+@AGGREGATED.marks[0]
+def test_a_node_s_aggregated_rows_are_the_rows_read_as_rows():
+    """Column for column and type for type: JSON columns as their text, a whole rate still a float."""
+    from core.pipelined import overlapped
+    from inventory.reads import nodes as listing
+
+    everything_fleet()
+    IBPort.objects.filter(pk=IBPort.objects.first().pk).update(rate_gbps=None)
+    wiring = listing._Wiring.of(None)
+
+    def rows(aggregated) -> dict[str, tuple]:
+        with overlapped():
+            sent = listing._PageSent(None, 1000, wiring, aggregated)
+        page = sent.received()
+        return {
+            n.name: (page.card_rows(page.cards.get(n.pk, ())), page.port_rows(page.ports.get(n.pk, ())))
+            for n in page.nodes
+        }
+
+    by_rows, aggregated = rows(None), rows(listing._Aggregated(wiring))
+    assert by_rows == aggregated
+    types = {
+        repr([[type(v) for v in row] for row in side]) for cards, ports in by_rows.values() for side in (cards, ports)
+    }
+    assert types == {
+        repr([[type(v) for v in row] for row in side])
+        for cards, ports in aggregated.values()
+        for side in (cards, ports)
+    }
+    rates = {type(row[listing.PORT_FIELDS.index("rate_gbps")]) for _, ports in aggregated.values() for row in ports}
+    assert rates == {float, type(None)}
