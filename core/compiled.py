@@ -30,6 +30,8 @@ from django.db.models import QuerySet
 from django.db.models.query import ModelIterable, ValuesListIterable
 from django.db.transaction import TransactionManagementError
 
+from core.pipelined import Sent
+
 M = TypeVar("M", bound=models.Model)
 
 _MARK = "\x00llmgw-compiled-{}\x00"
@@ -63,6 +65,13 @@ class CompiledQuery(Generic[M]):
             raise TypeError("this query reads values_list() tuples: call rows()")
         names = plan.names
         return [plan.model.from_db(using, names, row) for row in plan.run(values, using)]
+
+    def send(self, *values: Any, using: str = "default") -> Sent:
+        """The ``values_list()`` query sent now, its rows read later (``core.pipelined.Sent``): one of a pipeline."""
+        plan = self._plan(using)
+        if plan.model is not None:
+            raise TypeError("this query reads model instances: only a values_list() one is sent")
+        return Sent.statement(plan.compiler, plan.sql, plan.params(values, using), using)
 
     def first(self, *values: Any, using: str = "default") -> M | None:
         """The first instance, or None: for a lookup by a unique column (no ORDER BY is added, as first() would)."""
@@ -113,13 +122,18 @@ class _Plan:
         fields = [s[0] for s in self.compiler.select[0 : self.compiler.col_count]]
         self.converters = self.compiler.get_converters(fields)
 
-    def run(self, values: tuple, using: str) -> list[tuple]:
+    def params(self, values: tuple, using: str) -> list[Any]:
+        """The SQL's parameters for a call's values; refused as the ORM refuses the call."""
         if len(values) != self.arity:
             raise TypeError(f"this query takes {self.arity} values, not {len(values)}")
         connection = connections[using]
         if self.for_update and connection.features.has_select_for_update and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
-        params = [values[v] if kind == "value" else v for kind, v in self.slots]
+        return [values[v] if kind == "value" else v for kind, v in self.slots]
+
+    def run(self, values: tuple, using: str) -> list[tuple]:
+        params = self.params(values, using)
+        connection = connections[using]
         with connection.cursor() as cursor:
             cursor.execute(self.sql, params)
             fetched = cursor.fetchall()

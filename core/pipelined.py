@@ -20,12 +20,14 @@ its rows come only once the block ends.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import QuerySet
 from django.db.models.query import ValuesListIterable
+from django.db.models.sql.compiler import SQLCompiler
 
 
 @contextlib.contextmanager
@@ -56,14 +58,27 @@ class Sent:
     def __init__(self, rows: QuerySet) -> None:
         if rows._iterable_class is not ValuesListIterable:
             raise TypeError("Sent reads the tuples of values_list(); name the columns it reads")
-        self._compiler = rows.query.get_compiler(using=rows.db)
+        compiler = rows.query.get_compiler(using=rows.db)
+        try:
+            sql, params = compiler.as_sql()
+        except EmptyResultSet:
+            sql, params = None, ()
+        self._send(compiler, sql, params, rows.db)
+
+    @classmethod
+    def statement(cls, compiler: SQLCompiler, sql: str, params: Sequence[Any], using: str = "default") -> Sent:
+        """A ``values_list`` query's SQL already compiled (``compiler.as_sql()``'s, run with ``params``), sent now."""
+        sent = cls.__new__(cls)
+        sent._send(compiler, sql, params, using)
+        return sent
+
+    def _send(self, compiler: SQLCompiler, sql: str | None, params: Sequence[Any], using: str) -> None:
+        self._compiler = compiler
         self._cursor = None
         self._rows: list[tuple] = []
-        try:
-            sql, params = self._compiler.as_sql()
-        except EmptyResultSet:
+        if sql is None:
             return
-        self._cursor = connections[rows.db].cursor()
+        self._cursor = connections[using].cursor()
         self._cursor.execute(sql, params)
 
     def rows(self) -> list[tuple]:

@@ -73,3 +73,26 @@ def test_the_wrong_number_of_values_and_the_wrong_reader_are_refused():
         TOKEN.instances("x")
     with pytest.raises(TypeError, match="call instances"):
         BY_NAME.rows("x")
+
+
+def test_a_sent_query_reads_the_rows_a_run_one_reads_and_goes_out_in_the_pipeline():
+    """send(): the same rows as rows(), read after the block; in a pipeline on PostgreSQL, a plain query elsewhere."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core.pipelined import overlapped
+
+    now = timezone.now()
+    for i in range(3):
+        Node.objects.create(name=f"n{i}", machine_id="m", load={"i": i}, last_seen=now)
+    with CaptureQueriesContext(connection) as seen, overlapped():
+        sent = [PAIR.send(f"n{i}", "m") for i in range(3)] + [PAIR.send("n9", "m")]
+        piped = connection.connection.pgconn.pipeline_status if connection.vendor == "postgresql" else None
+    assert [s.rows() for s in sent] == [PAIR.rows(f"n{i}", "m") for i in range(3)] + [[]]
+    assert len(seen.captured_queries) == 4
+    if connection.vendor == "postgresql":
+        assert piped != 0, "sent inside a pipeline (libpq PQ_PIPELINE_OFF is 0)"
+    with pytest.raises(TypeError, match="values_list"):
+        BY_NAME.send("n0")
+    with pytest.raises(TypeError, match="2 values"):
+        PAIR.send("n0")
