@@ -87,20 +87,31 @@ def main() -> int:
         call()
         profiler.disable()
         profiler.dump_stats(args.profile)
-    times = []
+    times, cpu, database = [], [], []
     for _ in range(args.requests):
-        started = time.perf_counter()
+        started, used, served = time.perf_counter(), time.process_time(), backend_cpu(args.db)
         call()
         times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - used) * 1000)
+        database.append((backend_cpu(args.db) - served) * 1000)
     tracemalloc.start()
     call()
     peak = tracemalloc.get_traced_memory()[1] / 1e6
     tracemalloc.stop()
     print(
         f"{Node.objects.count()} nodes, {size / 1e6:.2f} MB: p50 {statistics.median(times):.0f} ms "
-        f"(min {min(times):.0f}, max {max(times):.0f}, {len(times)} requests), peak {peak:.1f} MB"
+        f"(min {min(times):.0f}, max {max(times):.0f}, {len(times)} requests), peak {peak:.1f} MB; "
+        f"CPU p50: this process {statistics.median(cpu):.0f} ms, PostgreSQL {statistics.median(database):.0f} ms"
     )
     return 0
+
+
+def backend_cpu(db: str) -> float:
+    """CPU seconds of the PostgreSQL backends connected to ``db`` (bench/scale.py's reading)."""
+    from bench import scale
+
+    scale.DB = db
+    return scale.database_cpu()
 
 
 if __name__ == "__main__":
