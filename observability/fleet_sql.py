@@ -12,7 +12,6 @@ the row-by-row path.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,18 +22,32 @@ from inventory.models import Node
 from inventory.reads import gpu_counts
 from placement.models import Replica, ReplicaState, Shard
 
-# Per node, one row per weight on its disks (kind "w", the weight's name) and one per fabric it declares
-# (kind "f", the fabric's name, with the node's state): the names alone, where decoding every node's
-# fabrics (names → adapters) into Python was most of the fabrics' time on a large fleet.
-FABRIC_ROWS = f"""
-SELECT 'w', n.id, NULL, NULL, COALESCE(w ->> 'name', w ->> 'path')
-FROM {Node._meta.db_table} n,
-     jsonb_array_elements(CASE WHEN jsonb_typeof(n.weights) = 'array' THEN n.weights ELSE '[]'::jsonb END) AS w
-WHERE jsonb_typeof(w) = 'object' AND n.fabrics IS NOT NULL
-UNION ALL
-SELECT 'f', n.id, n.state, n.reachable, f.name
-FROM {Node._meta.db_table} n,
-     jsonb_object_keys(CASE WHEN jsonb_typeof(n.fabrics) = 'object' THEN n.fabrics ELSE '{{}}'::jsonb END) AS f(name)
+# Per declared fabric (a key of a node's ``fabrics``): its nodes, those holding weights (any object in
+# ``weights``), the distinct names of those weights (name, else path; neither is Python's str(None),
+# "None", as the row-by-row path writes it), and its nodes ready, reachable and among the free nodes
+# (%s, an array of node ids). Counted here, where the names alone were fetched and counted in Python,
+# half of the fabrics' time at 10,000 nodes.
+FABRIC_COUNTS = f"""
+WITH declared AS (
+    SELECT n.id, n.state, n.reachable, f.name AS fabric
+    FROM {Node._meta.db_table} n,
+         jsonb_object_keys(CASE WHEN jsonb_typeof(n.fabrics) = 'object' THEN n.fabrics ELSE '{{}}' END) AS f(name)
+),
+weights AS (
+    SELECT n.id, COALESCE(w ->> 'name', w ->> 'path', 'None') AS model
+    FROM {Node._meta.db_table} n,
+         jsonb_array_elements(CASE WHEN jsonb_typeof(n.weights) = 'array' THEN n.weights ELSE '[]'::jsonb END) AS w
+    WHERE jsonb_typeof(w) = 'object' AND jsonb_typeof(n.fabrics) = 'object'
+),
+models AS (
+    SELECT d.fabric, count(DISTINCT w.model) AS n FROM declared d JOIN weights w ON w.id = d.id GROUP BY d.fabric
+)
+SELECT d.fabric, count(*),
+       count(*) FILTER (WHERE d.id IN (SELECT id FROM weights)),
+       COALESCE(max(m.n), 0),
+       count(*) FILTER (WHERE d.reachable AND d.state = 'ready' AND d.id IN (SELECT unnest(%s::bigint[])))
+FROM declared d LEFT JOIN models m ON m.fabric = d.fabric
+GROUP BY d.fabric
 """
 
 
@@ -52,26 +65,12 @@ def node_totals() -> dict[str, int]:
 
 def fabrics(free_nodes: Collection[int]) -> list[dict[str, Any]]:
     """Per declared fabric, as ``fleet_summary._fabrics`` counts it; ``free_nodes`` those whose every device is free."""
-    names: dict[int, set[str]] = defaultdict(set)
-    declared = []
-    for kind, pk, state, reachable, name in gpu_counts.aggregate(FABRIC_ROWS):
-        if kind == "w":
-            names[pk].add(str(name))
-        else:
-            declared.append((pk, state, reachable, name))
-    out: dict[str, dict[str, Any]] = {}
-    models: dict[str, set[str]] = defaultdict(set)
-    for pk, state, reachable, f in declared:
-        u = out.setdefault(f, {"fabric": f, "nodes": 0, "nodes_with_weights": 0, "largest_free_block": 0})
-        u["nodes"] += 1
-        if names.get(pk):
-            u["nodes_with_weights"] += 1
-            models[f].update(names[pk])
-        if reachable and state == "ready" and pk in free_nodes:
-            u["largest_free_block"] += 1
-    for f, u in out.items():
-        u["models_present"] = len(models[f])
-    return [out[k] for k in sorted(out)]
+    rows = gpu_counts.aggregate(FABRIC_COUNTS, [list(free_nodes)])
+    # Sorted here, by code point as the row-by-row path sorts, not by the database's collation.
+    return [
+        {"fabric": f, "nodes": n, "nodes_with_weights": w, "largest_free_block": free, "models_present": m}
+        for f, n, w, m, free in sorted(rows)
+    ]
 
 
 def replica_totals() -> dict[str, int]:
