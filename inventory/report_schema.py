@@ -28,6 +28,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from agent.protocol import MAX_PHASE_S, PHASE_SECONDS
 from inventory.devices import MIG_INDEX_BASE
 
@@ -275,17 +277,27 @@ def _plainly_storable(value: Any) -> bool:
     """True when nothing in ``value`` can be unstorable, told by one encoding at C speed; False: walk it.
 
     The walk below costs a couple of milliseconds of Python for an 8-GPU
-    report, on every registration, report and heartbeat; this is a tenth of
-    that. The encoder spells a NUL ``\\u0000`` (a string that holds those six
-    characters also matches, and is walked), keeps a lone surrogate that the
-    UTF-8 encoding then refuses, and refuses NaN and infinity; anything it
-    cannot encode is walked too. So True is never wrong, and every problem is
-    still found and worded by the walk.
+    report, on every registration, report and heartbeat; an encoding is a
+    tenth of that, and orjson's a fifth of json's (bench: 105 -> 20 us for a
+    12 KB report). orjson spells a NUL ``\\u0000`` (a string that holds those six
+    characters also matches, and is walked), refuses a lone surrogate, and
+    writes NaN and infinity as ``null``: so an encoding with a ``null`` in
+    it is told again by json's encoder, which refuses them (a report seldom
+    holds a null; an unknown reading is a key left out). Anything either
+    cannot encode is walked too. So True is never wrong, and every problem
+    is still found and worded by the walk.
     """
     try:
+        encoded = orjson.dumps(value)
+    except (TypeError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        return False
+    if b"\\u0000" in encoded:
+        return False
+    if b"null" not in encoded:
+        return True
+    try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+    except (TypeError, ValueError, RecursionError):
         return False
     return "\\u0000" not in text
 
