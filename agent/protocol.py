@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import orjson
+
 REGISTER_PATH = "/api/v1/agent/register"
 REPORT_PATH = "/api/v1/agent/report"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
@@ -75,5 +77,58 @@ def report_digest(report: dict) -> str:
             {k: (error_counters(v) if k == "counters" else v) for k, v in p.items()} if isinstance(p, dict) else p
             for p in stable["ib_ports"]
         ]
-    body = json.dumps(stable, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(body.encode()).hexdigest()
+    return hashlib.sha256(stable_text(stable)).hexdigest()
+
+
+# orjson writes these as json does not: NaN and infinity as null (json: NaN), and a float between
+# 1e-9 and 1e-4 in size without an exponent (0.0000999; json: 9.99e-05) or with one of a single
+# digit (1.5e-7; json: 1.5e-07); and DEL as it is, which json escapes (\\u007f).
+_UNLIKE_JSON = (b"null", b"0.0000", b"\x7f")
+_ORJSON_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_DIGITS = frozenset(b"0123456789")
+
+
+def _short_exponent(text: bytes) -> bool:
+    """Whether a number in ``text`` has an exponent of one digit below zero (``1.5e-7``).
+
+    Found by looking at each ``e-`` (bytes.find, where a regular expression
+    took longer than the encoding): a digit before it, one digit and no more
+    after it, and a number's start before those digits (after ``:``, ``,``,
+    ``[`` or nothing), so "161e-5" inside a UUID ("-b704-161e-5ebe-") is not
+    taken for one.
+    """
+    at = text.find(b"e-")
+    while at != -1:
+        after = text[at + 2 : at + 4]
+        if at and text[at - 1] in _DIGITS and after[:1].isdigit() and not after[1:].isdigit():
+            start = at
+            while start and (text[start - 1] in _DIGITS or text[start - 1] == ord(".")):
+                start -= 1
+            if start and text[start - 1] == ord("-"):
+                start -= 1
+            if not start or text[start - 1] in b":,[":
+                return True
+        at = text.find(b"e-", at + 2)
+    return False
+
+
+def stable_text(value: object) -> bytes:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)``, encoded: what a digest is of.
+
+    The digest must not change with the version that computes it (the
+    server compares one it stored with one it computes now), so the text is
+    json's, byte for byte. orjson writes it in a fifth of the time (a 12 KB
+    report's digest, on every registration and full report: 124 -> 69 us) and
+    the same bytes whenever its text is ASCII (json escapes everything else)
+    and holds neither a null nor a float it writes its own way; any other
+    value, or one orjson refuses (an int past 64 bits, a key that is not a
+    string), is json's to write. Held to json's text over any JSON value,
+    datetimes and other types given to ``str`` (tests/agent/test_digest.py).
+    """
+    try:
+        fast = orjson.dumps(value, default=str, option=_ORJSON_SORTED)
+    except TypeError:  # orjson.JSONEncodeError is one
+        fast = None
+    if fast is not None and fast.isascii() and not any(m in fast for m in _UNLIKE_JSON) and not _short_exponent(fast):
+        return fast
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
