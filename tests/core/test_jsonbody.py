@@ -48,3 +48,32 @@ def test_what_is_not_json_says_so(raw):
 def test_many_brackets_that_are_not_deep_pass():
     wide = json.dumps([[i] for i in range(500)] + ["[[[[{{{{" * 20])
     assert len(jsonbody.loads(wide)) == 501
+
+
+def _nesting(value) -> int:
+    """The definition, recursively: a scalar 0, a container one more than its deepest child."""
+    if isinstance(value, dict):
+        return 1 + max(map(_nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    return 0
+
+
+NESTED = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+    max_leaves=60,
+)
+
+
+@given(NESTED, st.integers(0, 8))
+def test_depth_is_the_nesting_and_stops_just_past_the_limit(value, stop_past):
+    nesting = _nesting(value)
+    assert jsonbody.depth(value) == nesting
+    assert jsonbody.depth(value, stop_past) == (nesting if nesting <= stop_past else stop_past + 1)
+
+
+def test_depth_of_a_value_that_holds_itself_stops_past_the_limit():
+    loop: list = []
+    loop.append(loop)
+    assert jsonbody.depth(loop, 10) == 11
