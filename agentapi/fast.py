@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
@@ -36,7 +37,10 @@ def wants_report(scope) -> bool:
 
 
 async def respond(send, status: int, body: dict, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    data = json.dumps(body).encode()
+    try:
+        data = orjson.dumps(body)  # compact, a fifth of json's time: a body a beat
+    except TypeError:  # orjson refuses an int past 64 bits, a key that is not a string
+        data = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import orjson
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
@@ -97,7 +98,7 @@ def _batch_sql() -> str:
 
     One statement instead of one per node, and one parameter: the batch as a
     JSON array with a row per node, ``[id, digest, last_seen, last_report_at,
-    load, shard_status]``, encoded by the json module in C. Six arrays (one
+    load, shard_status]``, encoded in C (:func:`_document`). Six arrays (one
     per column) cost psycopg a Python escape of every element: 130 ms of the
     interpreter for a flush of 2,000 beats (a 10,000-node fleet's second),
     during which no heartbeat was answered; the document costs a few. The
@@ -149,7 +150,21 @@ def write_beats(cursor, beats: list[tuple[int, str, Beat]]) -> None:
         reported = fields.get("last_report_at")
         row = [pk, digest, beat.last_seen.isoformat(), None if reported is None else reported.isoformat()]
         rows.append([*row, fields.get("load"), fields.get("shard_status")])
-    cursor.execute(_batch_sql(), [json.dumps(rows)])
+    cursor.execute(_batch_sql(), [_document(rows)])
+
+
+def _document(rows: list[list]) -> str:
+    """A batch's rows as JSON text: by orjson (a fifth of json's time), or json where orjson refuses a value.
+
+    orjson refuses an int past 64 bits, which json writes and PostgreSQL then
+    refuses as the column would. Each value is what the beat's checks let
+    through (heartbeat_problems), so no NaN reaches here (orjson would write
+    it as null, which keeps the column as it was).
+    """
+    try:
+        return orjson.dumps(rows).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(rows)
 
 
 @dataclass
