@@ -383,8 +383,9 @@ class _Aggregated:
         page's query needs no rows of the page before, so it goes out before
         that page's rows are even read, and PostgreSQL aggregates a page while
         Python reads and builds the last. A node added while the pages are
-        read is listed if its name falls in a range not yet sent, one removed
-        if its range was sent first; every other node exactly once.
+        read is listed if its name falls in a range not yet sent, and one
+        removed is listed if its range was sent before it went; every other
+        node exactly once.
         """
         names = Node.objects.order_by("name").values_list("name", flat=True)
         ranges = list(pairwise([None, *list(names)[size - 1 :: size], None]))
