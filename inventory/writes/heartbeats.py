@@ -158,7 +158,7 @@ def _document(rows: list[list]) -> str:
 
     orjson refuses an int past 64 bits, which json writes and PostgreSQL then
     refuses as the column would. Each value is what the beat's checks let
-    through (heartbeat_problems), so no NaN reaches here (orjson would write
+    through (heartbeat_problems), so no NaN or infinity reaches here (orjson would write
     it as null, which keeps the column as it was).
     """
     try:

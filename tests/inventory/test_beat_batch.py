@@ -83,7 +83,10 @@ def test_the_batch_stores_what_one_beat_at_a_time_stores(db, beats):
         st.tuples(
             st.integers(1, 2**63 - 1),
             st.text(max_size=8),
-            st.none() | st.dictionaries(st.text(max_size=4), st.integers() | st.floats(allow_nan=False), max_size=3),
+            st.none()
+            | st.dictionaries(
+                st.text(max_size=4), st.integers() | st.floats(allow_nan=False, allow_infinity=False), max_size=3
+            ),
         ),
         max_size=5,
     )
