@@ -61,7 +61,7 @@ class DeviceCounts(NamedTuple):
 
 
 def in_database() -> bool:
-    """Whether the count can run in the database (PostgreSQL)."""
+    """Whether reads can aggregate in the database (PostgreSQL): the counts here, the node listing's cards and ports."""
     return connection.vendor == "postgresql"
 
 

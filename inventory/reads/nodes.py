@@ -34,6 +34,7 @@ from inventory import devices
 from inventory.devices import mig_label
 from inventory.fabrics import ERROR_COUNTERS, describe_key, fabric_id
 from inventory.models import GPU, CardHold, IBPort, Node, NVLinkDomain
+from inventory.reads import gpu_counts
 
 # A load reading older than this is not shown as current: unknown, not idle.
 LOAD_FRESH = timedelta(minutes=1)
@@ -280,7 +281,7 @@ def node_pages_json(
         with cycles.uncollected():
             return _node_texts(page, wiring, usage, dumps, now, fields, domains)
 
-    if in_database if in_database is not None else _aggregates():
+    if in_database if in_database is not None else gpu_counts.in_database():
         yield from _Aggregated(wiring).pages(size, built)
         return
     with overlapped():
@@ -310,11 +311,6 @@ class _Wiring(NamedTuple):
     def card_columns(self) -> tuple[str, ...]:
         """What is read of each card: what the counts need, and what ``gpus`` shows when it is shown."""
         return (*_CARD_COUNTED, *(_GPU_WIRING if self.cards else ()))
-
-
-def _aggregates() -> bool:
-    """Whether the database can hand each node's cards and ports over as one JSON text each (PostgreSQL)."""
-    return connection.vendor == "postgresql"
 
 
 class _PageRows:
