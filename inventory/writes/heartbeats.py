@@ -549,6 +549,11 @@ _flusher_lock = threading.Lock()
 def ensure_flusher() -> None:
     """Start this process's flusher on first use (tests flush by hand: LLMGW_HEARTBEAT_FLUSHER=manual)."""
     global _flusher
+    running = _flusher
+    # Asked once a beat: the running flusher is the common answer, and reading the environment
+    # (a missed key raises inside os.environ) cost a tenth of a beat's CPU (bench/scale.py at 10k).
+    if running is not None and running.is_alive():
+        return
     if os.environ.get("LLMGW_HEARTBEAT_FLUSHER") == "manual":
         return
     with _flusher_lock:
