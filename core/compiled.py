@@ -104,8 +104,21 @@ class _Plan:
             queryset = queryset.values_list(*self.names)
         elif queryset._iterable_class is not ValuesListIterable:
             raise TypeError("a compiled query is a model queryset or a values_list() one")
-        self.compiler = queryset.query.get_compiler(using=using)
-        self.sql, params = self.compiler.as_sql()
+        # Compiled on a database wrapper of its own, closed once compiled, not the calling thread's: the plan
+        # outlives the thread that made it (a lane's lookup runs on an executor thread) and its compiler keeps
+        # its connection, so the thread's would stay open as long as the process, its thread long gone. The
+        # SQL, the quoting and the converters need no session.
+        compiling = connections.create_connection(using)
+        try:
+            if queryset.query.select_for_update and compiling.features.has_select_for_update:
+                # The compiler refuses FOR UPDATE outside a transaction; each run's is checked by params().
+                compiling.set_autocommit(False)
+            self.compiler = queryset.query.get_compiler(connection=compiling)
+            self.sql, params = self.compiler.as_sql()
+            fields = [s[0] for s in self.compiler.select[0 : self.compiler.col_count]]
+            self.converters = self.compiler.get_converters(fields)
+        finally:
+            compiling.close()
         # Each parameter: ("value", i) for the caller's i-th value, ("constant", v) for one the query fixes.
         self.slots: list[tuple[str, Any]] = []
         for param in params:
@@ -119,8 +132,6 @@ class _Plan:
         if missing:
             raise ValueError(f"values {sorted(missing)} never reach the SQL of this query")
         self.for_update = bool(queryset.query.select_for_update)
-        fields = [s[0] for s in self.compiler.select[0 : self.compiler.col_count]]
-        self.converters = self.compiler.get_converters(fields)
 
     def params(self, values: tuple, using: str) -> list[Any]:
         """The SQL's parameters for a call's values; refused as the ORM refuses the call."""

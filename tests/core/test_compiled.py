@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -96,3 +99,24 @@ def test_a_sent_query_reads_the_rows_a_run_one_reads_and_goes_out_in_the_pipelin
         BY_NAME.send("n0")
     with pytest.raises(TypeError, match="2 values"):
         PAIR.send("n0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_query_first_run_on_a_thread_that_ends_keeps_none_of_its_sessions_open():
+    """The plan outlives the thread that compiled it; the thread's connection must not (a lane's lookup thread)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("counts PostgreSQL's sessions")
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            return cursor.fetchone()[0]
+
+    fresh = CompiledQuery(lambda name: Node.objects.filter(name=name).values_list("pk"))
+    before = sessions()
+    thread = threading.Thread(target=lambda: fresh.rows("nobody"))
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert sessions() == before
+    assert fresh.rows("nobody") == []  # and the plan still runs, on this thread's connection
