@@ -104,21 +104,17 @@ class _Plan:
             queryset = queryset.values_list(*self.names)
         elif queryset._iterable_class is not ValuesListIterable:
             raise TypeError("a compiled query is a model queryset or a values_list() one")
-        # Compiled on a database wrapper of its own, closed once compiled, not the calling thread's: the plan
-        # outlives the thread that made it (a lane's lookup runs on an executor thread) and its compiler keeps
-        # its connection, so the thread's would stay open as long as the process, its thread long gone. The
-        # SQL, the quoting and the converters need no session.
-        compiling = connections.create_connection(using)
-        try:
-            if queryset.query.select_for_update and compiling.features.has_select_for_update:
-                # The compiler refuses FOR UPDATE outside a transaction; each run's is checked by params().
-                compiling.set_autocommit(False)
-            self.compiler = queryset.query.get_compiler(connection=compiling)
-            self.sql, params = self.compiler.as_sql()
-            fields = [s[0] for s in self.compiler.select[0 : self.compiler.col_count]]
-            self.converters = self.compiler.get_converters(fields)
-        finally:
-            compiling.close()
+        # The SQL is compiled on the caller's connection, as the queryset would be (inside its transaction:
+        # FOR UPDATE is refused outside one). The compiler kept to read the rows is another, on a database
+        # wrapper of its own that never connects: the plan outlives the thread that made it (a lane's lookup
+        # runs on an executor thread), and a compiler keeps its connection, so the thread's would have stayed
+        # open as long as the process. Nor may making a plan take a second connection: in a process whose
+        # pool is full, two threads each holding one and waiting for another would wait for ever.
+        self.sql, params = queryset.query.get_compiler(using=using).as_sql()
+        self.compiler = queryset.query.get_compiler(connection=connections.create_connection(using))
+        self.compiler.setup_query()
+        fields = [s[0] for s in self.compiler.select[0 : self.compiler.col_count]]
+        self.converters = self.compiler.get_converters(fields)
         # Each parameter: ("value", i) for the caller's i-th value, ("constant", v) for one the query fixes.
         self.slots: list[tuple[str, Any]] = []
         for param in params:

@@ -120,3 +120,22 @@ def test_a_query_first_run_on_a_thread_that_ends_keeps_none_of_its_sessions_open
     gc.collect()
     assert sessions() == before
     assert fresh.rows("nobody") == []  # and the plan still runs, on this thread's connection
+
+
+def test_making_a_plan_opens_no_connection_of_its_own(monkeypatch):
+    """In a process whose pool is full, a thread holding its connection and making a plan must not wait for another.
+
+    Two such threads, each holding one of the pool's connections, would each wait for the other's (llmgw
+    serve's first registrations, with LLMGW_ADMIN_DB_CONNECTIONS=2, waited out the pool's 10 s and got 503).
+    """
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    opened = []
+    connect = BaseDatabaseWrapper.connect
+    monkeypatch.setattr(BaseDatabaseWrapper, "connect", lambda self: (opened.append(self), connect(self))[1])
+    locked = CompiledQuery(lambda name: Node.objects.select_for_update().filter(name=name))
+    listed = CompiledQuery(lambda name: Node.objects.filter(name=name).values_list("pk", "load", "last_seen"))
+    with transaction.atomic():
+        assert locked.instances("nobody") == []
+        assert listed.rows("nobody") == []
+    assert opened == []

@@ -620,7 +620,7 @@ def test_a_registration_storm_borrows_from_the_admin_pool_and_survives_its_conne
                 timeout=30,
             ).status_code
 
-        assert register(999) == 201  # the pool's first connection is open
+        assert register(999) == 201, server.log.read_text()[-5000:]  # the pool's first connection is open
         before, began, seen = opened(), sessions(), []
         with ThreadPoolExecutor(6) as pool:
             for start in range(0, 240, 40):
