@@ -12,6 +12,8 @@ on to the Django view, which refuses in the same words (``limits.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
@@ -85,26 +87,44 @@ def _lookup(secret: str) -> heartbeats.NodeRef | None:
         dbpool.give_back()
 
 
+def bearer_secret(authorization: str) -> str | None:
+    """The credential of an ``Authorization: Bearer <token>`` header's value; None for any other."""
+    scheme, _, secret = authorization.partition(" ")
+    secret = secret.strip()
+    return secret if scheme.lower() == "bearer" and secret else None
+
+
+def checked_beat(body: bytes) -> tuple[Any, str | None]:
+    """(the heartbeat in ``body``, None), or (None, why it is refused: a 400's words).
+
+    Both servers of the lane judge a body here: :func:`heartbeat` below, and
+    the admin listener's protocol, which answers a known node's beat inside
+    uvicorn's parser (llmgw.admin_protocol).
+    """
+    try:
+        beat = jsonbody.loads(body or b"null")
+    except jsonbody.BodyError as exc:
+        return None, str(exc)
+    refused = heartbeats.refusal(beat)
+    return (None, refused) if refused else (beat, None)
+
+
 async def heartbeat(scope, receive, send) -> None:
     if scope["method"] != "POST":
         return await respond(send, 405, {"error": USE_POST}, ((b"allow", b"POST"),))
     length = header(scope, b"content-length")
     if length.isdigit() and int(length) > HEARTBEAT_LIMIT:
         return await respond(send, 413, {"error": too_large(int(length), HEARTBEAT_LIMIT)})
-    scheme, _, secret = header(scope, b"authorization").partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
+    secret = bearer_secret(header(scope, b"authorization"))
+    if secret is None:
         return await respond(send, 401, {"error": SEND_BEARER})
     body = await read_body(receive, HEARTBEAT_LIMIT)
     if body is None:
         return await respond(send, 413, {"error": too_large(None, HEARTBEAT_LIMIT)})
-    try:
-        beat = jsonbody.loads(body or b"null")
-    except jsonbody.BodyError as exc:
-        return await respond(send, 400, {"error": str(exc)})
-    refused = heartbeats.refusal(beat)
+    # The body is judged before the credential is looked up: a bad beat is told so whoever sent it.
+    beat, refused = checked_beat(body)
     if refused:
         return await respond(send, 400, {"error": refused})
-    secret = secret.strip()
     ref = desk.cached(secret)
     if ref is None:
         try:
@@ -149,9 +169,8 @@ async def _known(scope) -> heartbeats.NodeRef | None:
     the view's taking an unchanged report. An unknown credential or a
     database that does not answer is the view's to answer, in its words.
     """
-    scheme, _, secret = header(scope, b"authorization").partition(" ")
-    secret = secret.strip()
-    if scheme.lower() != "bearer" or not secret:
+    secret = bearer_secret(header(scope, b"authorization"))
+    if secret is None:
         return None
     ref = desk.cached(secret)
     if ref is None:

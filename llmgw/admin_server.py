@@ -27,6 +27,9 @@ Why uvicorn, and why not uvloop (which the gateway's processes use):
   lose nothing measurable by it.
 
 Websockets are served by the ``websockets`` library's sans-I/O protocol.
+HTTP is uvicorn's httptools protocol, save that a known node's plain
+heartbeat is answered inside it, not as an ASGI request
+(llmgw.admin_protocol).
 
 Each process lends its requests PostgreSQL connections from a pool of its
 own (core.dbpool), LLMGW_ADMIN_DB_CONNECTIONS at most.
@@ -53,14 +56,15 @@ def serve(*, host: str | None = None, port: int | None = None, sock: socket.sock
     # Before llmgw.asgi sets Django up: no connection of this process's is open yet (in llmgw serve's
     # own process, serve.main did this before its first).
     dbpool.pool_this_process(config.admin_db_connections(os.environ))
-    from llmgw.asgi import application, stopped
+    from llmgw import asgi  # first: it sets Django up, which the protocol's imports need
+    from llmgw.admin_protocol import AdminHttpProtocol
 
     bind = {"host": host, "port": port} if sock is None else {}
     server = uvicorn.Server(
         uvicorn.Config(
-            application,
+            asgi.application,
             **bind,
-            http="httptools",
+            http=AdminHttpProtocol,  # httptools, with a known node's heartbeat answered inline
             ws="websockets-sansio",
             loop="asyncio",  # not uvloop: see above
             # Channels' router takes http and websocket scopes only; start and stop are this function's.
@@ -85,7 +89,7 @@ def serve(*, host: str | None = None, port: int | None = None, sock: socket.sock
     finally:
         signal.signal(signal.SIGTERM, previous)
         # uvicorn has stopped taking requests: the beats it queued are written before this process ends.
-        stopped()
+        asgi.stopped()
 
 
 def main(argv: list[str] | None = None) -> int:

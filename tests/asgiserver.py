@@ -7,6 +7,7 @@ admin listener serves, on a free local port, for as long as the ``with``.
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from llmgw.admin_protocol import AdminHttpProtocol
 from llmgw.asgi import application
 
 
@@ -25,14 +27,22 @@ def _free_port() -> int:
 
 
 @contextmanager
-def asgi_live_server(timeout_s: float = 10.0, app=None) -> Iterator[str]:
+def asgi_live_server(timeout_s: float = 10.0, app=None, http=None) -> Iterator[str]:
     """The server's base URL; the server is stopped, and its thread joined, on leaving.
 
     ``app``: another ASGI application than the admin listener's (the gateway's, say).
+    ``http``: uvicorn's HTTP protocol; by default the admin listener's own
+    (llmgw.admin_protocol) for the admin application, uvicorn's httptools for another.
     """
     port = _free_port()
+    if http is None:
+        http = AdminHttpProtocol if app is None else "httptools"
+    # The admin listener's loop is asyncio's (llmgw.admin_server says why), whose executor ends with the loop.
+    loop = "asyncio" if app is None else "auto"
     server = uvicorn.Server(
-        uvicorn.Config(app or application, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            app or application, host="127.0.0.1", port=port, log_level="warning", lifespan="off", http=http, loop=loop
+        )
     )
     thread = threading.Thread(target=server.run, name="asgi-live-server", daemon=True)
     thread.start()
@@ -46,3 +56,7 @@ def asgi_live_server(timeout_s: float = 10.0, app=None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout_s)
+        # A credential the desk looked up was looked up on a thread of the server's loop's executor,
+        # which has ended with the loop; its connection goes with the collector's next pass, which is
+        # now, before the test database is dropped.
+        gc.collect()
