@@ -44,6 +44,7 @@ from core import jsontext, outage
 from core.compiled import CompiledQuery
 from core.credentials import hash_token
 from core.errors import DATABASE_DOWN
+from core.jsonrows import DecodedOnce, values_list_as_text
 from inventory import signals
 from inventory.bounds import report_bounds
 from inventory.models import FabricScan, Node
@@ -399,11 +400,16 @@ class HeartbeatDesk:
         shard_reports: list[tuple[int, str, list]] = []
         rows = []
         with transaction.atomic():
+            # What the shards were doing, as text decoded once per distinct text: most nodes of a fleet
+            # say the same (nothing, most often), and decoding it node by node was a tenth of a flush.
+            decoded = DecodedOnce()
             known = {
-                pk: (name, digest, reachable, lost, shard_status)
-                for pk, name, digest, reachable, lost, shard_status in node_locks.locked(
-                    Node.objects.filter(pk__in=pending)
-                ).values_list("pk", "name", "credential_digest", "reachable", "lost", "shard_status")
+                pk: (name, digest, reachable, lost, decoded(shard_status))
+                for pk, name, digest, reachable, lost, shard_status in values_list_as_text(
+                    node_locks.locked(Node.objects.filter(pk__in=pending)),
+                    ("pk", "name", "credential_digest", "reachable", "lost", "shard_status"),
+                    ("shard_status",),
+                )
             }
             for pk, (digest, beat) in sorted(pending.items()):
                 node = known.get(pk)

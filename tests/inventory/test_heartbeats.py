@@ -53,6 +53,23 @@ def test_a_flush_tells_the_shards_the_nodes_back_and_the_collected_weights(known
     assert said["at"] == at
 
 
+def test_shards_said_again_unchanged_are_not_told_again_and_a_change_is(known, told):
+    """The stored shards are read as text and decoded once per distinct text: equal shards still compare equal."""
+    desk, ref, node = known
+    shards = [{"id": "r-0", "replica": "r", "rank": 0, "state": "ready", "progress": 0.5, "note": "é\u2028"}]
+    desk.accept(ref, {"shards": shards}, timezone.now())
+    desk.flush()
+    assert told[-1]["shard_reports"] == [(node.pk, "tray-01", shards)]
+    told.clear()
+    desk.accept(ref, {"shards": [dict(reversed(list(s.items()))) for s in shards]}, timezone.now())
+    desk.flush()
+    assert told == []
+    changed = [{**shards[0], "state": "loading"}]
+    desk.accept(ref, {"shards": changed}, timezone.now())
+    desk.flush()
+    assert told[-1]["shard_reports"] == [(node.pk, "tray-01", changed)]
+
+
 def test_a_beat_that_says_nothing_new_tells_nobody(known, told):
     desk, ref, _ = known
     desk.accept(ref, {"load": {"cpu_percent": 3.0}}, timezone.now())
