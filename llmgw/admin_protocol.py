@@ -14,7 +14,12 @@ write, when the request is the plain case:
 - a bearer credential this process knows and holds fresh
   (``desk.cached``: no database lookup is needed);
 - no earlier request of the connection still being answered, so the
-  answers keep the requests' order.
+  answers keep the requests' order;
+- a client that reads its answers: once the socket's write buffer is past
+  its high-water mark, beats go the ASGI way, whose answer waits for the
+  buffer to drain and whose pipelined requests stop the reading, so a
+  client that pipelines beats and never reads cannot make this process
+  buffer answers without end.
 
 Anything else, and every other path, is served as before through
 ``llmgw.asgi`` (agentapi.fast.heartbeat), which answers the same request
@@ -81,7 +86,7 @@ class AdminHttpProtocol(HttpToolsProtocol):
         if self.url != _PATH or self.parser.get_method() != b"POST" or self.expect_100_continue:
             return None
         answering = self.cycle is not None and not self.cycle.response_complete
-        if answering or self.pipeline or self.parser.should_upgrade():
+        if answering or self.pipeline or self.flow.write_paused or self.parser.should_upgrade():
             return None
         length = authorization = None
         for name, value in self.headers:

@@ -34,6 +34,13 @@ def asgi_live_server(timeout_s: float = 10.0, app=None, http=None) -> Iterator[s
     ``http``: uvicorn's HTTP protocol; by default the admin listener's own
     (llmgw.admin_protocol) for the admin application, uvicorn's httptools for another.
     """
+    with uvicorn_in_thread(timeout_s, app, http) as (_, url):
+        yield url
+
+
+@contextmanager
+def uvicorn_in_thread(timeout_s: float = 10.0, app=None, http=None) -> Iterator[tuple[uvicorn.Server, str]]:
+    """:func:`asgi_live_server`, with the ``uvicorn.Server`` beside the URL (its connections, say)."""
     port = _free_port()
     if http is None:
         http = AdminHttpProtocol if app is None else "httptools"
@@ -52,11 +59,11 @@ def asgi_live_server(timeout_s: float = 10.0, app=None, http=None) -> Iterator[s
             raise RuntimeError(f"uvicorn did not start on port {port}")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server, f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout_s)
-        # A credential the desk looked up was looked up on a thread of the server's loop's executor,
-        # which has ended with the loop; its connection goes with the collector's next pass, which is
-        # now, before the test database is dropped.
+        # The connections of the server's threads (a credential the desk looked up, on the loop's
+        # executor) ended with them; they are closed at the collector's next pass, now, before the test
+        # database is dropped.
         gc.collect()

@@ -25,7 +25,7 @@ from llmgw.admin_protocol import AdminHttpProtocol
 from llmgw.bootstrap import issue_join_token
 from tests.agentapi.agenthttp import flush, register
 from tests.agentapi.reports import report
-from tests.asgiserver import asgi_live_server
+from tests.asgiserver import asgi_live_server, uvicorn_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -206,6 +206,26 @@ def test_a_failure_inside_the_inline_answer_is_a_500_not_a_parse_error(servers, 
     assert inline.endswith(b"\r\n\r\nInternal Server Error")
     assert b"\r\nconnection: close\r\n" in inline
     assert "the heartbeat's inline answer failed" in caplog.text
+
+
+def test_a_client_that_pipelines_beats_and_never_reads_its_answers_is_not_buffered_without_end(credential):
+    """Once the answers back up, the beats go the ASGI way, which stops reading: the server holds a bounded amount."""
+    beats = request(credential, BEAT) * 5000  # about a megabyte
+    sent = 0
+    with (
+        uvicorn_in_thread() as (server, url),
+        socket.create_connection(("127.0.0.1", urlsplit(url).port), timeout=3) as sock,
+    ):
+        try:
+            while sent < 200 * len(beats):
+                sock.sendall(beats)
+                sent += len(beats)
+        except TimeoutError:
+            pass  # the server stopped reading
+        held = max(p.transport.get_write_buffer_size() for p in server.server_state.connections)
+    assert sent < 200 * len(beats), "the server read every beat while its answers went unread"
+    assert held < 2 * 1024 * 1024, f"{held} bytes of answers held for a client that reads none"
+    desk.pending.clear()
 
 
 json_leaf = (
