@@ -190,6 +190,10 @@ WHERE: dict[str, list[tuple[str, float]]] = {}
 """The last size's server CPU per request, process by process, for each protocol phase (printed after its table)."""
 
 
+MEMORY: list[tuple[str, float, float]] = []
+"""The last size's processes with their RSS and PSS, largest first (printed after its table)."""
+
+
 def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
     """(command, VmRSS MB, Pss MB) of each process in the tree.
 
@@ -356,6 +360,7 @@ async def protocol_side(sims: list, args) -> dict:
         figures["serve_pss_mb"] = sum(p for _, _, p in rss)
         figures["serve_rss_largest_mb"] = max(r for _, r, _ in rss)
         figures["serve_processes"] = len(rss)
+        MEMORY[:] = sorted(rss, key=lambda r: -r[1])
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -663,6 +668,11 @@ def main() -> int:
             for name, ms in rows:
                 print(f"    {ms:8.3f}  {name}")
         WHERE.clear()
+        if MEMORY:
+            print("  llmgw serve's processes after the protocol side, RSS (PSS) MB:")
+            for command, rss_mb, pss_mb in MEMORY:
+                print(f"    {rss_mb:6.0f} ({pss_mb:4.0f})  {command}")
+            MEMORY.clear()
     if len(results) > 1:
         print_table(results)
     if not args.no_scheduler:
