@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -29,7 +28,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
-from core import jsonbody
+from core import jsonbody, storable
 from core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_text
 
 JSON_BODY_LIMIT = 1024 * 1024
@@ -86,30 +85,17 @@ class LimitedJSONParser(JSONParser):
 
 
 def unstorable(value: Any, where: str = "the body") -> str | None:
-    """Why a value cannot be stored (NUL characters, lone surrogates, NaN or infinity), or None.
+    """Why a value cannot be stored (core.storable: NUL characters, lone surrogates, NaN or infinity), or None."""
+    problem = next(storable.problems(value, where), None)
+    return None if problem is None else _UNSTORABLE[problem.kind].format(where=where)
 
-    Walked with a stack rather than recursion: a body may nest as deep as the
-    JSON reader allows, and the walk must not be what fails on it.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return f"{where} contains a NUL character, which no name, path or setting may hold"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return f"{where} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid text"
-        elif isinstance(item, float) and not math.isfinite(item):
-            # Python's reader accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) has neither.
-            return f"{where} contains NaN or Infinity, which is not a JSON number; send a finite number"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
+
+_UNSTORABLE = {
+    storable.NUL: "{where} contains a NUL character, which no name, path or setting may hold",
+    storable.SURROGATE: "{where} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid text",
+    # Python's reader accepts NaN and Infinity; JSON (and PostgreSQL's jsonb) has neither.
+    storable.NOT_FINITE: "{where} contains NaN or Infinity, which is not a JSON number; send a finite number",
+}
 
 
 class ApiView(APIView):

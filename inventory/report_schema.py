@@ -23,14 +23,11 @@ agent takes for "unreachable"):
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from agent.protocol import MAX_PHASE_S, PHASE_SECONDS
+from core import storable
 from inventory.devices import MIG_INDEX_BASE
 
 MAX_GPUS = 2048
@@ -246,70 +243,18 @@ def _short(value: Any) -> str:
 
 
 def unstorable(value: Any, where: str, out: list[str]) -> None:
-    """Add a problem for each string, key or number in ``value`` that no column can hold.
-
-    Iterative, so a deep document cannot exhaust the stack (jsonbody has
-    already refused anything past 64 levels, but this is also called on
-    values that did not come through it).
-    """
-    if _plainly_storable(value):
-        return
-    stack: list[tuple[Any, str]] = [(value, where)]
-    while stack and len(out) < MAX_PROBLEMS_REPORTED:
-        item, path = stack.pop()
-        if isinstance(item, str):
-            problem = _bad_text(item)
-            if problem:
-                out.append(f"{path}: {problem}")
-        elif isinstance(item, float) and not math.isfinite(item):
-            out.append(f"{path}: {item} is not a number that can be stored")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                problem = _bad_text(key) if isinstance(key, str) else None
-                if problem:
-                    out.append(f"{path}: a key {problem}")
-                stack.append((child, f"{path}.{key}"))
-        elif isinstance(item, list):
-            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    """Add a problem for each string, key or number in ``value`` that no column can hold (core.storable's rule)."""
+    for problem in storable.problems(value, where):
+        if len(out) >= MAX_PROBLEMS_REPORTED:
+            return
+        if problem.kind == storable.NOT_FINITE:
+            out.append(f"{problem.path}: {problem.value} is not a number that can be stored")
+            continue
+        holds = f"{_short(problem.value)} holds {_TEXT_PROBLEMS[problem.kind]}, which cannot be stored"
+        out.append(f"{problem.path}: a key {holds}" if problem.key else f"{problem.path}: {holds}")
 
 
-def _plainly_storable(value: Any) -> bool:
-    """True when nothing in ``value`` can be unstorable, told by one encoding at C speed; False: walk it.
-
-    The walk below costs a couple of milliseconds of Python for an 8-GPU
-    report, on every registration, report and heartbeat; an encoding is a
-    tenth of that, and orjson's a fifth of json's (bench: 105 -> 20 us for a
-    12 KB report). orjson spells a NUL ``\\u0000`` (a string that holds those six
-    characters also matches, and is walked), refuses a lone surrogate, and
-    writes NaN and infinity as ``null``: so an encoding with a ``null`` in
-    it is told again by json's encoder, which refuses them (a report seldom
-    holds a null; an unknown reading is a key left out). Anything either
-    cannot encode is walked too. So True is never wrong, and every problem
-    is still found and worded by the walk.
-    """
-    try:
-        encoded = orjson.dumps(value)
-    except (TypeError, RecursionError):  # orjson.JSONEncodeError is a TypeError
-        return False
-    if b"\\u0000" in encoded:
-        return False
-    if b"null" not in encoded:
-        return True
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return False
-    return "\\u0000" not in text
-
-
-def _bad_text(text: str) -> str | None:
-    if "\x00" in text:
-        return f"{_short(text)} holds a NUL character, which cannot be stored"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"{_short(text)} holds a lone surrogate (not UTF-8), which cannot be stored"
-    return None
+_TEXT_PROBLEMS = {storable.NUL: "a NUL character", storable.SURROGATE: "a lone surrogate (not UTF-8)"}
 
 
 def _gpus(gpus: list, bounds: Bounds, out: list[str]) -> None:
