@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 # Deep enough for any JSON schema a client puts in a tool definition (those nest a
 # few levels per property), shallow enough that a recursive walker over the result
 # stays far from the interpreter's limit of 1,000 frames.
@@ -32,15 +34,42 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
     except UnicodeDecodeError as exc:
         raise BodyError(f"the body is not UTF-8 (byte {exc.start}).") from None
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise BodyError(f"the body is JSON nested deeper than {max_depth} levels.") from None
-    except ValueError as exc:
-        raise BodyError(f"the body is not valid JSON: {exc}.") from None
+    value = _read_fast(text, raw if isinstance(raw, bytes | bytearray) else text.encode("utf-8", "surrogatepass"))
+    if value is _NOT_READ:
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise BodyError(f"the body is JSON nested deeper than {max_depth} levels.") from None
+        except ValueError as exc:
+            raise BodyError(f"the body is not valid JSON: {exc}.") from None
     if _might_be_deep(text, max_depth) and depth(value, max_depth) > max_depth:
         raise BodyError(f"the body is JSON nested deeper than {max_depth} levels.")
     return value
+
+
+_NOT_READ = object()
+# Each digit made a 0 and every other byte a space: a run of 19 digits may be an integer past 64 bits, which
+# orjson reads as a float (10**30 -> 1e30) where json keeps it an int, so such a body is read by json. (A
+# regular expression looking for the run cost as much as json's whole read of a report; this, a tenth.)
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
+def _read_fast(text: str, raw: bytes) -> Any:
+    """``text`` read by orjson (a third of json's time for a 12 KB report), or ``_NOT_READ``.
+
+    Only where orjson's value is json's: a body it refuses (NaN, Infinity,
+    1e400, a lone surrogate's escape, anything invalid) or one that may hold
+    an integer past 64 bits is left to json, whose value or refusal, in its
+    words, is the answer as before (tests/core/test_jsonbody.py holds the two
+    to each other). ``raw`` is ``text``'s UTF-8 bytes.
+    """
+    if _LONG_NUMBER in raw.translate(_DIGITS_AS_ZEROS):
+        return _NOT_READ
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _NOT_READ
 
 
 def _might_be_deep(text: str, max_depth: int) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import jsonbody
@@ -77,3 +77,86 @@ def test_depth_of_a_value_that_holds_itself_stops_past_the_limit():
     loop: list = []
     loop.append(loop)
     assert jsonbody.depth(loop, 10) == 11
+
+
+def _same(a, b) -> bool:
+    """Equal, of the same types and in the same key order all the way down (1e30 is not 10**30, -0.0 not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return repr(a) == repr(b)  # NaN is itself, -0.0 is not 0.0
+    return a == b
+
+
+def _json_reads(text: str):
+    """json's answer to ``text``: ("value", v), or ("refused", None)."""
+    try:
+        return "value", json.loads(text)
+    except (ValueError, RecursionError):
+        return "refused", None
+
+
+documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**62, max_value=2**80)
+    | st.integers(min_value=-(2**80), max_value=-(2**62))
+    | st.floats()  # NaN and infinity too: json writes them as NaN and Infinity, which it also reads
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(documents, st.sampled_from([None, 0, 2]), st.booleans())
+def test_a_document_is_read_as_json_reads_it_whoever_reads_it(value, indent, ascii_only):
+    """orjson reads the common body; where it would differ (an int past 64 bits, NaN), json reads it."""
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii_only)
+    kind, expected = _json_reads(text)
+    assert kind == "value"
+    assert _same(jsonbody.loads(text.encode()), expected)
+
+
+# Texts from JSON's own characters, and a few others: mostly invalid, sometimes valid, now and then
+# something only one of the two readers takes.
+json_texts = st.text(alphabet=[*'{}[]",:0123456789.eE+- truefalsnNIiyx\t\n\r\\/u', "é", "\x00", "\u2028"])
+
+
+@settings(max_examples=1000)
+@given(json_texts)
+def test_whatever_orjson_reads_json_reads_the_same(text):
+    fast = jsonbody._read_fast(text, text.encode("utf-8", "surrogatepass"))
+    kind, expected = _json_reads(text)
+    if fast is not jsonbody._NOT_READ:
+        assert kind == "value" and _same(fast, expected), (text, fast, expected)
+    try:
+        read = jsonbody.loads(text.encode())
+    except jsonbody.BodyError:
+        assert kind == "refused" or jsonbody.depth(expected) > jsonbody.MAX_DEPTH
+    else:
+        assert kind == "value" and _same(read, expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "18446744073709551616",  # 2**64: orjson reads a float
+        "-9223372036854775809",
+        "123456789012345678901234567890",
+        "[NaN, Infinity, -Infinity]",
+        "1e400",
+        '"\\ud800"',
+        '{"a": 1, "a": 2}',
+        "-0",
+        "-0.0",
+        "5e-324",
+        '"\\ud83d\\ude00"',
+    ],
+)
+def test_where_the_readers_part_json_s_value_is_the_answer(text):
+    assert _same(jsonbody.loads(text.encode()), json.loads(text))
