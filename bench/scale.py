@@ -214,7 +214,10 @@ def tree_rss_mb(pid: int) -> list[tuple[str, float, float]]:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:60]
         except OSError:
             continue
-        out.append((cmd, int(status["VmRSS"].split()[0]) / 1024, int(rollup["Pss"].split()[0]) / 1024))
+        # The pid and its parent's tell Celery's processes apart (its pool's children have the worker as
+        # parent) and match the CPU figures, which name processes by pid.
+        who = f"{cmd} [{p} of {status['PPid'].strip()}]"
+        out.append((who, int(status["VmRSS"].split()[0]) / 1024, int(rollup["Pss"].split()[0]) / 1024))
     return out
 
 
