@@ -10,10 +10,17 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import after_task_publish, task_prerun, task_received, worker_init, worker_process_init
+from celery.signals import (
+    after_task_publish,
+    task_postrun,
+    task_prerun,
+    task_received,
+    worker_init,
+    worker_process_init,
+)
 from kombu.transport import TRANSPORT_ALIASES
 
-from core import outage, tracing
+from core import memory, outage, tracing
 from llmgw import worker_guard
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
@@ -72,3 +79,10 @@ def _broker_answered(**_) -> None:
     """A task was queued (a caller, the beat), received (a worker's consumer) or handed to a worker's process
     to run: the broker is there (core.outage)."""
     outage.redis.back()
+
+
+@task_postrun.connect
+def _give_back_freed_memory(**_) -> None:
+    """After each task, the allocator's free pages go back to the system (core.memory): a process that ran a
+    fleet-wide task would otherwise keep what it freed, some 50 MB at 10,000 nodes."""
+    memory.give_back()
