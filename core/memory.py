@@ -1,12 +1,13 @@
 """Giving the operating system back the memory a large piece of work freed.
 
-A Celery process that has run one of the fleet-wide tasks (the minute's
-fabric analysis reads every port: some 75 MB of Python objects at 10,000
-nodes) frees those objects when the task ends, but glibc's allocator keeps
-the pages of its heap for the process's next allocation, and a few objects
-that outlive the task (a cached plan, a connection's buffers) keep the heap
-from shrinking at its top. So that process stays some 50 MB above its
-siblings until it exits (bench/scale.py prints each process's memory).
+A Celery process that has run one of the fleet-wide tasks frees what the
+task read when it ends, but glibc's allocator keeps the pages of its heap
+for the process's next allocation, and a few objects that outlive the task
+(a cached plan, a connection's buffers) keep the heap from shrinking at its
+top. When the minute's scan planning still read the whole fabric analysis
+(75 MB of Python objects at its peak at 10,000 nodes), the process that ran
+it stayed some 50 MB above its siblings (bench/scale.py prints each
+process's memory).
 ``malloc_trim(0)`` hands back every free page of the heap, wherever it lies,
 and costs a few milliseconds after such a task, less than one after a small
 one.

@@ -437,11 +437,11 @@ def _physical(key: str, members: list[_Port]) -> PhysicalFabric:
     for name, nodes in _names_on(members).items():
         names[name] = len(nodes)
     lids = Counter(m.facts.sm_lid for m in members if m.facts.sm_lid is not None)
-    roce = key.startswith("roce:")
+    roce = fabric_kind(key) == "roce"
     return PhysicalFabric(
         key=key,
         label="",
-        kind="roce" if roce else "infiniband",
+        kind=fabric_kind(key),
         declared=[n for n, _ in sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))],
         nodes=sorted({m.ref.node for m in members}),
         ports=sorted(m.ref for m in members),
@@ -450,6 +450,11 @@ def _physical(key: str, members: list[_Port]) -> PhysicalFabric:
         network=key.partition(":")[2] if roce else None,
         rate_gbps=_common_rate(members),
     )
+
+
+def fabric_kind(key: str) -> str:
+    """A physical fabric's kind by its key: "roce" for a RoCE network, "infiniband" for an SM's subnet."""
+    return "roce" if key.startswith("roce:") else "infiniband"
 
 
 def _most_common(counts: Counter) -> Any:
@@ -703,6 +708,33 @@ def node_fabric_keys(links: Iterable[PortLink]) -> dict[str, str]:
         for node, node_keys in keys.items()
         if _why_no_fabric(node in any_live, node in unknown, node_keys) is None
     }
+
+
+class PortPlace(NamedTuple):
+    """Where a port is (node, adapter, number) with what decides its physical fabric (:class:`PortLink`)."""
+
+    node: str
+    hca: str
+    port: int
+    state: str | None
+    link_layer: str | None
+    network: str | None
+    sm_guid: str | None
+
+    @classmethod
+    def of(cls, p: PortFacts) -> PortPlace:
+        return cls(p.node, p.hca, p.port, p.state, p.link_layer, p.network, p.sm_guid)
+
+
+def physical_ports(places: Iterable[PortPlace]) -> dict[str, list[PortRef]]:
+    """Each physical fabric's key → its ports, sorted: ``analyze(ports).physical``'s keys and ``ports``,
+    without the rest of the analysis (what choosing a fabric's scanner reads, every minute)."""
+    groups: dict[str, list[PortRef]] = defaultdict(list)
+    for p in places:
+        live, key = _live_and_key(p.state, p.link_layer, p.network, p.sm_guid)
+        if live and key is not None:
+            groups[key].append(PortRef(p.node, p.hca, p.port))
+    return {key: sorted(refs) for key, refs in groups.items()}
 
 
 class PortName(NamedTuple):

@@ -2,7 +2,7 @@
 
 Steps:
 
-1. Once a minute (``inventory.tasks.plan_scans``) the fabrics are analysed,
+1. Once a minute (``inventory.tasks.plan_scans``) the physical fabrics are read,
    and for each fabric whose map is older than ``LLMGW_SCAN_EVERY_S``, or that
    an operator asked to scan, one reachable node with an active port on it is
    assigned the scan (the same node as last time when it still qualifies, so
@@ -30,7 +30,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from inventory.fabric_inventory import analyze_inventory
+from inventory.fabric_inventory import physical_fabric_ports
+from inventory.fabrics import fabric_kind
 from inventory.ibnetdiscover import TopologyParseError, map_to_json, parse
 from inventory.models import FabricScan, Node
 from inventory.report_schema import unstorable
@@ -57,25 +58,26 @@ def _due(scan: FabricScan | None, now: datetime) -> bool:
 
 def plan_scans(now: datetime) -> list[str]:
     """Assign each due fabric's scan to one node; returns the fabrics assigned."""
-    report = analyze_inventory(now)
+    # Only each fabric's key and ports: the rest of the analysis (names, counters, problems) is not read here.
+    fabrics = physical_fabric_ports()
     scans = {s.fabric_key: s for s in FabricScan.objects.select_related("node")}
     reachable = set(Node.objects.filter(reachable=True).values_list("name", flat=True))
     nodes = dict(Node.objects.filter(name__in=reachable).values_list("name", "pk"))
     assigned = []
-    for fabric in report.physical:
-        scan = scans.get(fabric.key)
-        if fabric.kind != "infiniband" or not _due(scan, now):
+    for key, refs in sorted(fabrics.items()):
+        scan = scans.get(key)
+        if fabric_kind(key) != "infiniband" or not _due(scan, now):
             continue
-        ports = sorted((p.node, p.hca, p.port) for p in fabric.ports if p.node in reachable)
+        ports = sorted((p.node, p.hca, p.port) for p in refs if p.node in reachable)
         if not ports:
             continue
         keeper = scan.node.name if scan and scan.node and any(n == scan.node.name for n, _, _ in ports) else ports[0][0]
         hca, port = next((h, p) for n, h, p in ports if n == keeper)
         FabricScan.objects.update_or_create(
-            fabric_key=fabric.key,
+            fabric_key=key,
             defaults={"node_id": nodes[keeper], "hca": hca, "port": port, "assigned_at": now, "pending_since": None},
         )
-        assigned.append(fabric.key)
+        assigned.append(key)
     return assigned
 
 

@@ -15,12 +15,15 @@ from inventory.fabrics import (
     PortFacts,
     PortLink,
     PortName,
+    PortPlace,
     SMChange,
     analyze,
     describe_key,
     fabric_id,
+    fabric_kind,
     node_fabric_keys,
     node_fabric_labels,
+    physical_ports,
     sm_report,
 )
 
@@ -497,6 +500,16 @@ def test_the_nodes_fabrics_alone_are_the_whole_analysis_answer(ports: list[PortF
     links = [PortLink.of(p) for p in ports]
     assert node_fabric_keys(links) == want
     assert node_fabric_keys(links + links[::-1]) == want, "a port read twice changes nothing"
+
+
+@settings(max_examples=300, deadline=None)
+@given(ports=st.lists(_ports, max_size=25))
+def test_the_fabrics_ports_alone_are_the_whole_analysis_answer(ports: list[PortFacts]) -> None:
+    """The scan planner reads only each physical fabric's key, kind and ports: the analysis' own."""
+    report = analyze(ports, [], NOW)
+    got = physical_ports(PortPlace.of(p) for p in ports)
+    assert got == {f.key: f.ports for f in report.physical}
+    assert all(fabric_kind(f.key) == f.kind for f in report.physical)
 
 
 @settings(max_examples=300, deadline=None)

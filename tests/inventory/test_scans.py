@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from agent.simulator import fleet as F
-from inventory.fabric_inventory import analyze_inventory
+from inventory.fabric_inventory import analyze_inventory, physical_fabric_ports
 from inventory.models import FabricScan, IBPort, Node
 from inventory.writes import ingest, scans
 from tests.captures import all_captures
@@ -50,6 +50,15 @@ def test_two_physical_fabrics_and_the_mislabelled_node_is_named(two_fabrics):
     assert named == {"hgx-007"}
     south = report.fabric_of("hgx-004")
     assert report.fabric_of("hgx-007") == south != report.fabric_of("hgx-000")
+
+
+def test_the_fabrics_ports_as_read_are_the_analysis_ones(two_fabrics):
+    """What the scan planner reads from the database: each physical fabric's ports, as the whole analysis has them."""
+    IBPort.objects.filter(node__name="hgx-001", hca="mlx5_0").update(state="1: DOWN")  # a down port is on none
+    IBPort.objects.filter(node__name="hgx-002", hca="mlx5_1").update(sm_guid="")  # nor one whose SM is unknown
+    report = analyze_inventory(NOW)
+    assert physical_fabric_ports() == {f.key: f.ports for f in report.physical}
+    assert len(report.physical) == 2
 
 
 def test_one_node_per_fabric_is_asked_to_scan(two_fabrics):
