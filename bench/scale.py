@@ -354,6 +354,9 @@ async def protocol_side(sims: list, args) -> dict:
             figures, creds = await register(
                 admin, join, sims, args.register_connections, proc.pid, answered_at, not args.register_keep_alive
             )
+            if args.replicas_first:
+                # The steady state of a fleet that serves: the reconciler reads the fleet every round from now on.
+                figures["replicas"] = await asyncio.to_thread(place_replicas)
             if args.seconds > 0:
                 figures.update(await heartbeats(admin, sims, creds, args, proc.pid))
             await asyncio.sleep(1.5)  # what the socket still holds
@@ -629,6 +632,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=10, help="timed requests per read path")
     parser.add_argument("--scheduler-factor", type=int, default=4, help="bench/schedule.py's 5,000 nodes times this")
     parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument(
+        "--replicas-first",
+        action="store_true",
+        help="place the replicas once the fleet has registered, before its heartbeats: the reconciler then reads the"
+        " fleet every round, as it does on a control host whose catalog has a model",
+    )
     parser.add_argument("--no-read-side", action="store_true", help="only the protocol side: registration, heartbeats")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep-db", metavar="NAME", help="keep each size's registered fleet as database NAME_<size>")
@@ -656,7 +665,7 @@ def main() -> int:
             sims = build_fleet(spec_for(size))
             print(f"== {len(sims):,} nodes ({spec_for(size)})", flush=True)
             results[size] = asyncio.run(protocol_side(sims, args))
-            if not args.no_read_side:
+            if not args.no_read_side and not args.replicas_first:
                 results[size]["replicas"] = place_replicas()
                 if args.keep_db:
                     keep_database(f"{args.keep_db}_{size}")
