@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from catalog.models import Adapter
 from inventory.signals import HeartbeatTables
 from placement.models import ReplicaState, Shard
 
@@ -19,19 +22,51 @@ def for_node(node_id: int) -> list[dict]:
 
 
 def for_nodes(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
-    """The shards each node should run, in one query; every node when ``node_ids`` is None.
+    """The shards each node should run, in two queries (shards, then their models' adapters); every node when
+    ``node_ids`` is None.
 
     The heartbeat desk keeps this whole table per process, refreshed each
-    flush, so answering a heartbeat never queries the database.
+    flush, so answering a heartbeat never queries the database. Read as
+    plain rows: through model instances and a prefetch, each flush of a
+    fleet of 7,900 replicas took most of an admin process's CPU
+    (bench/scale.py --replicas-first).
     """
     shards = Shard.objects.exclude(replica__state=ReplicaState.STOPPING)
     if node_ids is not None:
         shards = shards.filter(node_id__in=node_ids)
+    rows = list(shards.order_by("replica_id", "rank").values_list(*_COLUMNS))
+    adapters: dict[int, list[tuple[str, str]]] = {}
+    wanted = {row[_MODEL_ID] for row in rows}
+    if wanted:
+        for model_id, name, source in Adapter.objects.filter(model_id__in=wanted).values_list(
+            "model_id", "name", "source"
+        ):  # in the model's order (by name), as model.adapters.all() gives them
+            adapters.setdefault(model_id, []).append((name, source))
     table: dict[int, list[dict]] = {}
-    rows = shards.select_related("replica__model", "replica__profile").prefetch_related("replica__model__adapters")
-    for shard in rows.order_by("replica_id", "rank"):
-        table.setdefault(shard.node_id, []).append(_describe(shard))
+    for row in rows:
+        table.setdefault(row[0], []).append(_describe(row, adapters.get(row[_MODEL_ID], ())))
     return table
+
+
+# A shard's row: where it runs, what it is, and its replica's model and profile (None: the profile was removed).
+_COLUMNS = (
+    "node_id",
+    "replica_id",
+    "rank",
+    "gpu_indices",
+    "env",
+    "replica__engine_key",
+    "replica__model_id",
+    "replica__model__name",
+    "replica__model__source",
+    "replica__profile_id",
+    "replica__profile__engine",
+    "replica__profile__engine_args",
+    "replica__profile__tp",
+    "replica__profile__pp",
+    "replica__profile__nodes",
+)
+_MODEL_ID = _COLUMNS.index("replica__model_id")
 
 
 def heartbeat_tables(sender, **kwargs) -> HeartbeatTables:
@@ -39,23 +74,24 @@ def heartbeat_tables(sender, **kwargs) -> HeartbeatTables:
     return HeartbeatTables(shards=for_nodes())
 
 
-def _describe(shard: Shard) -> dict:
-    replica, profile = shard.replica, shard.replica.profile
+def _describe(row: tuple, adapters: Iterable[tuple[str, str]]) -> dict:
+    (_, replica, rank, gpus, env, key, _, model, source, profile, engine, engine_args, tp, pp, nodes) = row
+    known = profile is not None
     return {
-        "id": f"{replica.id}-{shard.rank}",
-        "replica": replica.id,
-        "model": replica.model.name,
-        "source": replica.model.source,
-        "rank": shard.rank,
-        "gpus": shard.gpu_indices,
-        "env": shard.env,
-        "engine": profile.engine if profile else None,
-        "engine_args": profile.engine_args if profile else [],
-        "tp": profile.tp if profile else 1,
-        "pp": profile.pp if profile else 1,
-        "nodes": profile.nodes if profile else 1,
-        "api_key": replica.engine_key,
+        "id": f"{replica}-{rank}",
+        "replica": replica,
+        "model": model,
+        "source": source,
+        "rank": rank,
+        "gpus": gpus,
+        "env": env,
+        "engine": engine if known else None,
+        "engine_args": engine_args if known else [],
+        "tp": tp if known else 1,
+        "pp": pp if known else 1,
+        "nodes": nodes if known else 1,
+        "api_key": key,
         # The base model's LoRA adapters: the agent fetches them and starts the engine with them, or loads
         # one into a running engine that has room.
-        "adapters": [{"name": a.name, "source": a.source} for a in replica.model.adapters.all()],
+        "adapters": [{"name": name, "source": where} for name, where in adapters],
     }
