@@ -437,11 +437,12 @@ def _physical(key: str, members: list[_Port]) -> PhysicalFabric:
     for name, nodes in _names_on(members).items():
         names[name] = len(nodes)
     lids = Counter(m.facts.sm_lid for m in members if m.facts.sm_lid is not None)
-    roce = fabric_kind(key) == "roce"
+    kind = fabric_kind(key)
+    roce = kind == "roce"
     return PhysicalFabric(
         key=key,
         label="",
-        kind=fabric_kind(key),
+        kind=kind,
         declared=[n for n, _ in sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))],
         nodes=sorted({m.ref.node for m in members}),
         ports=sorted(m.ref for m in members),
