@@ -12,14 +12,15 @@ keeps their replicas (and the GPUs those hold) while nothing new lands there.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from catalog.models import CatalogModel, Profile
 from catalog.reads import source_refers_to
-from core.jsonrows import PerValue, values_decoded_once
+from core.fingerprints import group_fingerprint, group_fingerprints, row_fingerprint
+from core.jsonrows import DecodedOnce, PerValue, values_decoded_once, values_list_as_text
 from inventory import fabric_inventory, failure_rules
 from inventory.devices import held_indices
 from inventory.fabrics import FabricReport
@@ -53,15 +54,206 @@ def load(
     (``placement.writes.autoscaling``); a model missing from it is not autoscaled.
     ``fabrics`` is the fabric analysis when the caller has made it already (the
     what-if reads fabric names from it too); it is made here otherwise.
+    A reader of its own, which reads everything: see :class:`FleetReader` for one kept from round to round.
     """
-    nodes, node_ids = _nodes(fabrics, now)
-    models, model_ids, profile_ids = _models(now, scale or {})
-    replicas = _replicas(set(node_ids))
-    domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
-    snapshot = Snapshot(
-        nodes=tuple(nodes), models=tuple(models), replicas=tuple(replicas), now=now, weights=weights_held(set(node_ids))
-    )
-    return Loaded(snapshot, node_ids, domain_ids, model_ids, profile_ids)
+    return FleetReader().load(now, scale, fabrics)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+# Rows re-read by key are asked for in batches of this many keys (SQLite's statements take at most 999 values
+# on older builds); a reader with nothing kept reads whole tables instead.
+BATCH = 500
+
+
+class Kept(Generic[K, V]):
+    """What was built from each key's rows, beside the fingerprint of the rows it was built from."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, tuple[str | None, V]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_key)
+
+    def stale(self, fingerprints: Mapping[K, str | None]) -> list[K]:
+        """The keys whose rows must be read again; keys no longer among ``fingerprints`` are forgotten."""
+        kept = self._by_key
+        for gone in kept.keys() - fingerprints.keys():
+            del kept[gone]
+        return [k for k, fp in fingerprints.items() if (seen := kept.get(k)) is None or seen[0] != fp]
+
+    def keep(self, key: K, fingerprint: str | None, value: V) -> None:
+        self._by_key[key] = (fingerprint, value)
+
+    def get(self, key: K, default: V) -> V:
+        seen = self._by_key.get(key)
+        return default if seen is None else seen[1]
+
+
+def batches(keys: list[K]) -> Iterator[list[K]]:
+    for start in range(0, len(keys), BATCH):
+        yield keys[start : start + BATCH]
+
+
+class FleetReader:
+    """Reads the snapshot round after round, building again only what was built from rows that changed.
+
+    The reconciler keeps one beside its planner. Each round it asks the
+    database for the fingerprints of the rows the scheduler decides from
+    (``core.fingerprints``: a node's columns, its cards', each replica's and its
+    shards'), and reads and builds only where one differs from the fingerprint
+    of what it holds. A node or replica whose rows are as they were comes back
+    as the very object it was last round, which is also what lets the planner
+    skip it (``placement.scheduler.Planner``). Holds, fabrics, flapping, the
+    catalog and NVLink domains are few rows, or worked out elsewhere: they are
+    read every round.
+
+    Its snapshot is always the one a new reader would read
+    (tests/placement/test_snapshot_kept.py); a reader with nothing kept, the
+    first round's or :func:`load`'s, reads whole tables and no fingerprint
+    twice. Not for two threads at once.
+    """
+
+    def __init__(self) -> None:
+        self._rows: Kept[int, dict[str, Any]] = Kept()
+        self._cards: Kept[int, tuple[GpuInfo, ...]] = Kept()
+        self._infos: dict[int, tuple[tuple, NodeInfo]] = {}
+        self._replicas: Kept[str, tuple] = Kept()
+        self._shards: Kept[str, tuple[ShardInfo, ...]] = Kept()
+        self._replica_infos: dict[str, tuple[tuple, ReplicaInfo]] = {}
+
+    def load(
+        self, now: datetime, scale: Mapping[str, tuple[int, str]] | None = None, fabrics: FabricReport | None = None
+    ) -> Loaded:
+        """As :func:`load`."""
+        nodes, node_ids = self._nodes(fabrics, now)
+        models, model_ids, profile_ids = _models(now, scale or {})
+        replicas = self._replicas_now()
+        domain_ids = {d.key: d.pk for d in NVLinkDomain.objects.all()}
+        snapshot = Snapshot(
+            nodes=tuple(nodes),
+            models=tuple(models),
+            replicas=tuple(replicas),
+            now=now,
+            weights=weights_held(set(node_ids)),
+        )
+        return Loaded(snapshot, node_ids, domain_ids, model_ids, profile_ids)
+
+    # --- nodes ---
+
+    def _nodes(self, report: FabricReport | None, now: datetime) -> tuple[list[NodeInfo], dict[str, int]]:
+        live = Node.objects.filter(lost=False)
+        cards = GPU.objects.filter(node__lost=False).order_by()
+        if not self._rows:
+            self._rows, self._cards = Kept(), Kept()
+            order = [(r["pk"], r["name"], fp) for r, fp in self._read_rows(live)]
+            self._read_cards(cards, [pk for pk, _, _ in order])
+        else:
+            order = list(live.annotate(fp=NODE_FINGERPRINT).order_by("name").values_list("pk", "name", "fp"))
+            for pks in batches(self._rows.stale({pk: fp for pk, _, fp in order})):
+                self._read_rows(live.filter(pk__in=pks))
+            held = group_fingerprints(cards, "node_id", *CARDS_FOLLOWED)
+            for pks in batches(self._cards.stale({pk: held.get(pk) for pk, _, _ in order})):
+                self._read_cards(cards.filter(node_id__in=pks), pks)
+        fabrics = node_fabrics(report)
+        holds: dict[int, dict[int, str]] = defaultdict(dict)
+        for node_pk, index, reason in CardHold.objects.filter(node__lost=False).values_list(
+            "node_id", "gpu_index", "reason"
+        ):
+            holds[node_pk][index] = reason
+        flapping = _flapping(now)
+        infos: dict[int, tuple[tuple, NodeInfo]] = {}
+        out = []
+        for pk, name, _ in order:
+            row = self._rows.get(pk, {})
+            if not row:
+                continue  # gone between the fingerprints and the reading: next round's
+            cards = self._cards.get(pk, ())
+            node_holds = holds.get(pk)
+            key = (row, cards, fabrics.get(name), flapping.get(name), node_holds)
+            seen = self._infos.get(pk)
+            if seen is not None and all(a is b or a == b for a, b in zip(seen[0], key, strict=True)):
+                info = seen[1]
+            else:
+                info = _node_info_held(row, cards, fabrics.get(name), flapping.get(name), node_holds)
+            infos[pk] = (key, info)
+            out.append(info)
+        self._infos = infos
+        return out, {info.name: pk for pk, (_, info) in infos.items()}
+
+    def _read_rows(self, nodes) -> list[tuple[dict[str, Any], str]]:
+        """Nodes' rows, kept with their fingerprints, in name order."""
+        read = []
+        query = nodes.annotate(fp=NODE_FINGERPRINT).order_by("name")
+        for row in values_decoded_once(query, (*NODE_COLUMNS, "fp"), NODE_JSON):
+            fp = row.pop("fp")
+            self._rows.keep(row["pk"], fp, row)
+            read.append((row, fp))
+        return read
+
+    def _read_cards(self, cards, pks: list[int]) -> None:
+        """The cards of the nodes ``pks``, each node's kept with its cards' fingerprint (None for no card)."""
+        by_node: dict[int, tuple[str, list[GpuInfo]]] = {}
+        peers_of, problems_of = PerValue(card_peers), PerValue(card_problems)
+        query = cards.annotate(fp=CARDS_FINGERPRINT).order_by("node_id", "index")
+        for g in values_decoded_once(query, (*GPU_COLUMNS, "fp"), GPU_JSON):
+            node = by_node.setdefault(g["node_id"], (g["fp"], []))
+            node[1].append(gpu_info(g, peers_of=peers_of, problems_of=problems_of))
+        for pk in pks:
+            fp, infos = by_node.get(pk, (None, []))
+            self._cards.keep(pk, fp, tuple(infos))
+
+    # --- replicas ---
+
+    def _replicas_now(self) -> list[ReplicaInfo]:
+        """Every replica, each with its shards on nodes that are not lost (see :func:`_replica_info`)."""
+        replicas = Replica.objects.all()
+        shards = Shard.objects.filter(node__lost=False).order_by()
+        if not self._replicas:
+            self._replicas, self._shards = Kept(), Kept()
+            order = [(row[0], fp) for row, fp in self._read_replicas(replicas)]
+            self._read_shards(shards, [rid for rid, _ in order])
+        else:
+            order = list(replicas.annotate(fp=REPLICA_FINGERPRINT).order_by("id").values_list("id", "fp"))
+            for ids in batches(self._replicas.stale(dict(order))):
+                self._read_replicas(replicas.filter(id__in=ids))
+            held = group_fingerprints(shards, "replica_id", *SHARDS_FOLLOWED)
+            for ids in batches(self._shards.stale({rid: held.get(rid) for rid, _ in order})):
+                self._read_shards(shards.filter(replica_id__in=ids), ids)
+        infos: dict[str, tuple[tuple, ReplicaInfo]] = {}
+        out = []
+        for rid, _ in order:
+            row = self._replicas.get(rid, ())
+            if not row:
+                continue
+            key = (row, self._shards.get(rid, ()))
+            seen = self._replica_infos.get(rid)
+            info = seen[1] if seen is not None and seen[0] == key else _replica_info(row, key[1])
+            infos[rid] = (key, info)
+            out.append(info)
+        self._replica_infos = infos
+        return out
+
+    def _read_replicas(self, replicas) -> list[tuple[tuple, str]]:
+        read = []
+        for *row, fp in replicas.annotate(fp=REPLICA_FINGERPRINT).order_by("id").values_list(*REPLICA_COLUMNS, "fp"):
+            self._replicas.keep(row[0], fp, tuple(row))
+            read.append((tuple(row), fp))
+        return read
+
+    def _read_shards(self, shards, ids: list[str]) -> None:
+        """The shards of the replicas ``ids`` on nodes not lost, each replica's kept with their fingerprint."""
+        by_replica: dict[str, tuple[str, list[ShardInfo]]] = {}
+        indices = PerValue(lambda gpus: tuple(held_indices(gpus)))
+        decode = DecodedOnce()
+        query = shards.annotate(fp=SHARDS_FINGERPRINT).order_by("replica_id", "rank")
+        for replica_id, node, rank, gpus, fp in values_list_as_text(query, SHARD_COLUMNS, ("gpu_indices",)):
+            entry = by_replica.setdefault(replica_id, (fp, []))
+            entry[1].append(ShardInfo(node=node, rank=rank, gpus=indices(decode(gpus))))
+        for rid in ids:
+            fp, infos = by_replica.get(rid, (None, []))
+            self._shards.keep(rid, fp, tuple(infos))
 
 
 # --- nodes ------------------------------------------------------------------------
@@ -93,32 +285,24 @@ GPU_COLUMNS = (
 GPU_JSON = ("health", "nvlink_peers")
 
 
-def _nodes(report: FabricReport | None, now: datetime) -> tuple[list[NodeInfo], dict[str, int]]:
-    # Each distinct JSON value is decoded once (core.jsonrows): every card of a kind has the same peers.
-    rows = list(values_decoded_once(Node.objects.filter(lost=False).order_by("name"), NODE_COLUMNS, NODE_JSON))
-    gpus_by_node: dict[int, list[GpuInfo]] = defaultdict(list)
-    cards = GPU.objects.filter(node__lost=False).order_by("node_id", "index")
-    peers_of, problems_of = PerValue(card_peers), PerValue(card_problems)
-    for g in values_decoded_once(cards, GPU_COLUMNS, GPU_JSON):
-        gpus_by_node[g["node_id"]].append(gpu_info(g, peers_of=peers_of, problems_of=problems_of))
-    fabrics = node_fabrics(report)
-    holds = {
-        (node_pk, index): reason
-        for node_pk, index, reason in CardHold.objects.filter(node__lost=False).values_list(
-            "node_id", "gpu_index", "reason"
-        )
-    }
+# What a node's and its cards' fingerprints follow: exactly the columns read above (core.fingerprints).
+NODE_FINGERPRINT = row_fingerprint(*(c for c in NODE_COLUMNS if c != "pk"))
+CARDS_FOLLOWED = ("index", *(c for c in GPU_COLUMNS if c != "node_id"))
+CARDS_FINGERPRINT = group_fingerprint("node_id", *CARDS_FOLLOWED)
+
+
+def _node_info_held(
+    row: Mapping[str, Any],
+    cards: tuple[GpuInfo, ...],
+    fabric: str | None,
+    flapping: str | None,
+    holds: Mapping[int, str] | None,
+) -> NodeInfo:
+    """A node as the scheduler sees it: its row, its cards with their holds, its fabric, why it is flapping."""
     if holds:
-        for node_pk, gpus in gpus_by_node.items():
-            gpus[:] = [replace(g, held=holds.get((node_pk, g.index))) for g in gpus]
-    flapping = _flapping(now)
-    out = []
-    for n in rows:
-        info = node_info(n, tuple(gpus_by_node.get(n["pk"], ())), fabrics.get(n["name"]))
-        if n["name"] in flapping:
-            info = replace(info, flapping=flapping[n["name"]])
-        out.append(info)
-    return out, {n["name"]: n["pk"] for n in rows}
+        cards = tuple(replace(g, held=holds.get(g.index)) for g in cards)
+    info = node_info(row, cards, fabric)
+    return info if flapping is None else replace(info, flapping=flapping)
 
 
 def _flapping(now: datetime) -> dict[str, str]:
@@ -299,34 +483,32 @@ REPLICA_COLUMNS = (
 )
 
 
-def _replicas(live_nodes: set[str]) -> list[ReplicaInfo]:
-    """Every replica, each with the shards on nodes that are not lost.
+# A shard's node is read by name; its GPUs as JSON text, decoded once per distinct text.
+SHARD_COLUMNS = ("replica_id", "node__name", "rank", "gpu_indices", "fp")
+REPLICA_FINGERPRINT = row_fingerprint(*(c for c in REPLICA_COLUMNS if c != "id"))
+SHARDS_FOLLOWED = ("rank", "node__name", "rank", "gpu_indices")
+SHARDS_FINGERPRINT = group_fingerprint("replica_id", *SHARDS_FOLLOWED)
+
+
+def _replica_info(row: tuple, shards: tuple[ShardInfo, ...]) -> ReplicaInfo:
+    """A replica as the scheduler sees it, from its ``REPLICA_COLUMNS`` and its shards on nodes not lost.
 
     A replica with a shard on a lost node is marked stopping by the reconciler
-    before the snapshot is taken, so here it holds only what it still holds.
-    Two queries of plain rows, shards by replica and rank: a fleet serving a
-    few thousand replicas spent seconds of each round building them as model
+    before the snapshot is taken, so it holds only what it still holds. Its
+    shards are plain rows, read in one query with the others': a fleet serving
+    a few thousand replicas spent seconds of each round building them as model
     instances through prefetch_related.
     """
-    shards: dict[str, list[ShardInfo]] = defaultdict(list)
-    rows = Shard.objects.order_by("replica_id", "rank").values_list("replica_id", "node__name", "rank", "gpu_indices")
-    for replica_id, node, rank, gpus in rows:
-        if node in live_nodes:
-            shards[replica_id].append(ShardInfo(node=node, rank=rank, gpus=tuple(held_indices(gpus))))
-    return [
-        ReplicaInfo(
-            id=rid,
-            model=model,
-            profile=profile,
-            state=state,
-            shards=tuple(shards.get(rid, ())),
-            created_at=created_at,
-            fingerprint=fingerprint,
-            last_used_at=last_used_at,
-            replaces=replaces,
-            ready_at=ready_at,
-        )
-        for rid, model, profile, state, created_at, fingerprint, last_used_at, replaces, ready_at in (
-            Replica.objects.order_by("id").values_list(*REPLICA_COLUMNS)
-        )
-    ]
+    rid, model, profile, state, created_at, fingerprint, last_used_at, replaces, ready_at = row
+    return ReplicaInfo(
+        id=rid,
+        model=model,
+        profile=profile,
+        state=state,
+        shards=shards,
+        created_at=created_at,
+        fingerprint=fingerprint,
+        last_used_at=last_used_at,
+        replaces=replaces,
+        ready_at=ready_at,
+    )

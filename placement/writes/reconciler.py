@@ -66,6 +66,9 @@ ACTOR = "reconciler"
 # full plan's (tests/placement/test_planner_incremental.py). Passes never overlap (the task's lock);
 # the lock here only keeps a second thread in the same process from sharing it mid-plan.
 _PLANNER = Planner()
+# Beside it, the snapshot's reader, which reads again only the rows that changed since the last pass
+# (placement.snapshot.FleetReader; its snapshot is a new reader's, tests/placement/test_snapshot_kept.py).
+_READER = snap.FleetReader()
 _PLANNER_LOCK = threading.Lock()
 PARK_AFTER_DEFAULT = 3
 # Moves older than this no longer count toward any rate and are deleted.
@@ -131,8 +134,8 @@ def _plan_and_write(now: datetime, result: Result) -> None:
     with tracing.span("placement.reconcile.plan"):
         scaling = autoscaling.autoscale(now)
         result.scaled = scaling.changed
-        loaded = snap.load(now, scaling.desired)
         with _PLANNER_LOCK:
+            loaded = _READER.load(now, scaling.desired)
             decided = _PLANNER.plan(loaded.snapshot)
     with tracing.span("placement.reconcile.writes"):
         _apply(decided, loaded, now, result)

@@ -1,0 +1,115 @@
+"""Fingerprints of rows, worked out by the database, for a reader that keeps what it read last time.
+
+A reader that reads a whole fleet every few seconds (the reconciler's
+snapshot) mostly reads again what it read before. With a fingerprint of each
+row, or of each group of rows (a node's cards), it asks the database only for
+the fingerprints, and reads the rows whose fingerprint it does not hold. The
+database turns a few hundred bytes of columns into one short text in C; the
+reader builds nothing for a row that has not changed.
+
+A fingerprint is the SHA-256 of an unambiguous text of the columns:
+PostgreSQL's text of a ``ROW(...)`` (each value quoted where it needs to be,
+NULL as nothing, so no two different rows give one text), SQLite's
+``json_array(...)`` (Django registers ``SHA256`` on SQLite connections). The columns named are the
+only ones it follows: a column left out may change without a fingerprint
+changing, which is the point (a node's ``last_seen`` moves every second).
+
+SHA-256, not MD5 at the same cost: a node's fingerprint mixes what it
+reports with what the operator set (a cordon), and MD5's collisions can be
+made to order, so a hostile node could make a cordoned row fingerprint as
+its uncordoned one did.
+
+A fingerprint read beside the rows it fingerprints, in the same statement, is
+of those very rows; a reader keeps that one, never one read in an earlier
+statement (the rows may have changed in between, and changed back later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from django.contrib.postgres.aggregates import StringAgg
+from django.db import connections
+from django.db.models import Aggregate, F, Func, QuerySet, TextField, Window
+from django.db.models.expressions import Combinable, RowRange
+
+Field = str | Combinable
+
+
+def _expressions(fields: tuple[Field, ...]) -> list[Combinable]:
+    return [F(f) if isinstance(f, str) else f for f in fields]
+
+
+class RowText(Func):
+    """One text for several values, different whenever any value is (NULL and an empty text included)."""
+
+    output_field = TextField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(ROW(%(expressions)s))::text", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, function="JSON_ARRAY", **extra)
+
+
+class Fingerprint(Func):
+    """The SHA-256 of a text, in hex (PostgreSQL's own ``sha256``; the function Django registers on SQLite)."""
+
+    output_field = TextField()
+    arity = 1
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(
+            compiler, connection, template="ENCODE(SHA256(CONVERT_TO(%(expressions)s, 'UTF8')), 'hex')", **extra
+        )
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, function="SHA256", **extra)
+
+
+class _Joined(Aggregate):
+    """Texts joined by a comma, in the order the window gives them (each a ``RowText``: no comma is ambiguous)."""
+
+    output_field = TextField()
+    window_compatible = True
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="STRING_AGG(%(expressions)s, ',')", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="GROUP_CONCAT(%(expressions)s, ',')", **extra)
+
+
+def row_fingerprint(*fields: Field) -> Fingerprint:
+    """An annotation: the fingerprint of these columns of each row (names may follow relations)."""
+    return Fingerprint(RowText(*_expressions(fields)))
+
+
+def group_fingerprint(group: str, order: str, *fields: Field) -> Fingerprint:
+    """An annotation for reading rows: the fingerprint of these columns of all the rows of the row's ``group``.
+
+    The rows are taken in ``order``, which must be unique within a group (a
+    card's index on its node), so that one set of rows always gives one
+    fingerprint. It is a window over the rows the query selects: a query that
+    keeps or drops whole groups gets each group's fingerprint of all its rows.
+    :func:`group_fingerprints` gives the same fingerprints, one per group.
+    """
+    rows = _Joined(RowText(*_expressions(fields)))
+    return Fingerprint(
+        Window(rows, partition_by=[F(group)], order_by=[F(order).asc()], frame=RowRange(start=None, end=None))
+    )
+
+
+def group_fingerprints(rows: QuerySet, group: str, order: str, *fields: Field) -> dict[Hashable, str]:
+    """Each ``group`` of ``rows`` → :func:`group_fingerprint`'s fingerprint of it, without reading the rows.
+
+    On PostgreSQL one row per group (``GROUP BY`` with an ordered
+    ``STRING_AGG``: a window over every row, then ``DISTINCT``, took 1.7 times
+    as long at 71,200 cards); SQLite before 3.44 has no ordered aggregate, so
+    there it is the window's, once per group.
+    """
+    rows = rows.order_by()
+    if connections[rows.db].vendor == "postgresql":
+        text = StringAgg(RowText(*_expressions(fields)), delimiter=",", order_by=order)
+        return dict(rows.values(group).annotate(fp=Fingerprint(text)).values_list(group, "fp"))
+    return dict(rows.annotate(fp=group_fingerprint(group, order, *fields)).values_list(group, "fp").distinct())

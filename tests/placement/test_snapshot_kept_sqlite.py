@@ -1,0 +1,68 @@
+"""The kept reader on SQLite, the embedded default: the same fingerprints, from SQLite's own functions.
+
+SQLite has no ``ROW(...)::text``, no ``sha256`` of its own (Django registers
+one) and, before 3.44, no ordered aggregate, so each fingerprint is built
+another way there (``core.fingerprints``). The suite runs on PostgreSQL;
+this runs rounds of changes through a kept reader in a process of its own on
+a migrated SQLite file, each checked against a new reader's snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECK = """
+import django
+django.setup()
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+call_command("migrate", verbosity=0)
+assert connection.vendor == "sqlite", connection.vendor
+from placement import snapshot
+from tests.placement import test_snapshot_kept as T
+model, first, wide = T.served_fleet()
+now = timezone.now()
+reader = snapshot.FleetReader()
+before = T.same(reader, now)
+again = T.same(reader, now)
+assert all(a is b for a, b in zip(again.snapshot.nodes, before.snapshot.nodes, strict=True)), "nothing rebuilt"
+assert all(a is b for a, b in zip(again.snapshot.replicas, before.snapshot.replicas, strict=True))
+steps = 0
+for kind, targets, whats in (
+    ("node", T.NODES, [*sorted(T.NODE_CHANGES), "lost"]),
+    ("card", T.NODES, [*sorted(T.GPU_CHANGES), "delete"]),
+    ("hold", T.NODES[:3], [0, 2]),
+    ("replica", [0, 1, 2], ["state", "used", "shard", "delete"]),
+    ("place", T.NODES[:2], [5]),
+):
+    for target in targets:
+        for what in whats:
+            T.apply((kind, target, what), model, now)
+            T.same(reader, now)
+            steps += 1
+from inventory.models import Node
+for imex in (None, [], T.JSON_NULL, "", [0], "0"):  # NULL, JSON null, an empty text: three values
+    Node.objects.filter(name="cpu-00").update(imex_channels=imex)
+    T.same(reader, now)
+    steps += 1
+print("rounds", steps)
+"""
+
+
+def test_a_kept_reader_on_sqlite_gives_a_new_readers_snapshot(tmp_path):
+    env = {
+        **os.environ,
+        "LLMGW_DATA_DIR": str(tmp_path),
+        "LLMGW_DATABASE_URL": f"sqlite:///{tmp_path}/llmgw.sqlite3",
+        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rounds 180" in done.stdout, done.stdout
