@@ -30,7 +30,7 @@ from collections.abc import Hashable
 
 from django.contrib.postgres.aggregates import StringAgg
 from django.db import connections
-from django.db.models import Aggregate, F, Func, QuerySet, TextField, Window
+from django.db.models import Aggregate, F, Func, IntegerField, QuerySet, Subquery, TextField, Value, Window
 from django.db.models.expressions import Combinable, RowRange
 
 Field = str | Combinable
@@ -85,22 +85,33 @@ def row_fingerprint(*fields: Field) -> Fingerprint:
     return Fingerprint(RowText(*_expressions(fields)))
 
 
-def group_fingerprint(group: str, order: str, *fields: Field) -> Fingerprint:
+def group_fingerprint(group: str, order: str | tuple[str, ...], *fields: Field) -> Fingerprint:
     """An annotation for reading rows: the fingerprint of these columns of all the rows of the row's ``group``.
 
-    The rows are taken in ``order``, which must be unique within a group (a
-    card's index on its node), so that one set of rows always gives one
-    fingerprint. It is a window over the rows the query selects: a query that
-    keeps or drops whole groups gets each group's fingerprint of all its rows.
-    :func:`group_fingerprints` gives the same fingerprints, one per group.
+    The rows are taken in ``order`` (a name or several), which must be unique
+    within a group (a card's index on its node), so that one set of rows
+    always gives one fingerprint. It is a window over the rows the query
+    selects: a query that keeps or drops whole groups gets each group's
+    fingerprint of all its rows. :func:`group_fingerprints` gives the same
+    fingerprints, one per group. For small groups only: PostgreSQL works
+    out a window's ``STRING_AGG`` again for each of its rows.
     """
-    rows = _Joined(RowText(*_expressions(fields)))
+    return _window(group, order, fields)
+
+
+def _window(group: str | None, order: str | tuple[str, ...], fields: tuple[Field, ...]) -> Fingerprint:
+    orders = (order,) if isinstance(order, str) else order
     return Fingerprint(
-        Window(rows, partition_by=[F(group)], order_by=[F(order).asc()], frame=RowRange(start=None, end=None))
+        Window(
+            _Joined(RowText(*_expressions(fields))),
+            partition_by=[F(group)] if group is not None else None,
+            order_by=[F(o).asc() for o in orders],
+            frame=RowRange(start=None, end=None),
+        )
     )
 
 
-def group_fingerprints(rows: QuerySet, group: str, order: str, *fields: Field) -> dict[Hashable, str]:
+def group_fingerprints(rows: QuerySet, group: str, order: str | tuple[str, ...], *fields: Field) -> dict[Hashable, str]:
     """Each ``group`` of ``rows`` → :func:`group_fingerprint`'s fingerprint of it, without reading the rows.
 
     On PostgreSQL one row per group (``GROUP BY`` with an ordered
@@ -110,6 +121,32 @@ def group_fingerprints(rows: QuerySet, group: str, order: str, *fields: Field) -
     """
     rows = rows.order_by()
     if connections[rows.db].vendor == "postgresql":
-        text = StringAgg(RowText(*_expressions(fields)), delimiter=",", order_by=order)
-        return dict(rows.values(group).annotate(fp=Fingerprint(text)).values_list(group, "fp"))
+        return dict(rows.values(group).annotate(fp=_ordered(order, fields)).values_list(group, "fp"))
     return dict(rows.annotate(fp=group_fingerprint(group, order, *fields)).values_list(group, "fp").distinct())
+
+
+def set_fingerprint(rows: QuerySet, order: str | tuple[str, ...], *fields: Field) -> str | None:
+    """The fingerprint of these columns of all of ``rows``, taken in ``order`` (unique); None when there is no row."""
+    rows = rows.order_by()
+    if connections[rows.db].vendor == "postgresql":
+        return rows.aggregate(fp=_ordered(order, fields))["fp"]
+    return rows.annotate(fp=_window(None, order, fields)).values_list("fp", flat=True).first()
+
+
+def set_fingerprint_of(rows: QuerySet, order: str | tuple[str, ...], *fields: Field) -> Subquery:
+    """An annotation for reading ``rows``: :func:`set_fingerprint`'s, worked out once in the statement that reads them.
+
+    A subquery of the same statement sees the rows the statement reads (one
+    snapshot), so the fingerprint is theirs even while they change.
+    """
+    rows = rows.order_by()
+    if connections[rows.db].vendor == "postgresql":
+        one = Value(1, IntegerField())  # an aggregate over every row, in a subquery: one value
+        return Subquery(rows.annotate(one=one).values("one").annotate(fp=_ordered(order, fields)).values("fp"))
+    return Subquery(rows.annotate(fp=_window(None, order, fields)).values("fp")[:1])
+
+
+def _ordered(order: str | tuple[str, ...], fields: tuple[Field, ...]) -> Fingerprint:
+    """PostgreSQL's ordered aggregate, which gives the same text as the window's."""
+    orders = (order,) if isinstance(order, str) else order
+    return Fingerprint(StringAgg(RowText(*_expressions(fields)), delimiter=",", order_by=orders))

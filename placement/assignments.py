@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 from catalog.models import Adapter
+from core.fingerprints import set_fingerprint, set_fingerprint_of
 from inventory.signals import HeartbeatTables
 from placement.models import ReplicaState, Shard
 
@@ -31,21 +33,75 @@ def for_nodes(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
     fleet of 7,900 replicas took most of an admin process's CPU
     (bench/scale.py --replicas-first).
     """
-    shards = Shard.objects.exclude(replica__state=ReplicaState.STOPPING)
+    shards = _running()
     if node_ids is not None:
         shards = shards.filter(node_id__in=node_ids)
-    rows = list(shards.order_by("replica_id", "rank").values_list(*_COLUMNS))
-    adapters: dict[int, list[tuple[str, str]]] = {}
+    rows = list(shards.order_by(*_ORDER).values_list(*_COLUMNS))
     wanted = {row[_MODEL_ID] for row in rows}
-    if wanted:
-        for model_id, name, source in Adapter.objects.filter(model_id__in=wanted).values_list(
-            "model_id", "name", "source"
-        ):  # in the model's order (by name), as model.adapters.all() gives them
-            adapters.setdefault(model_id, []).append((name, source))
+    adapters = Adapter.objects.filter(model_id__in=wanted) if wanted else Adapter.objects.none()
+    return _table(rows, adapters.order_by("model_id", "name").values_list(*_ADAPTER_COLUMNS))
+
+
+def _running():
+    return Shard.objects.exclude(replica__state=ReplicaState.STOPPING)
+
+
+def _table(rows: Iterable[tuple], adapter_rows: Iterable[tuple]) -> dict[int, list[dict]]:
+    adapters: dict[int, list[tuple[str, str]]] = {}
+    for model_id, name, source in adapter_rows:  # in the model's order (by name), as model.adapters.all() gives them
+        adapters.setdefault(model_id, []).append((name, source))
     table: dict[int, list[dict]] = {}
     for row in rows:
         table.setdefault(row[0], []).append(_describe(row, adapters.get(row[_MODEL_ID], ())))
     return table
+
+
+class KeptTable:
+    """:func:`for_nodes` for every node, read again only when the rows it is made of changed.
+
+    Each admin process answers heartbeats from this table and asks for it
+    once a second. The database works out the fingerprint of its rows (every
+    running shard's, every adapter's: ``core.fingerprints``); while both are
+    those of the rows it was made from, the table is handed out as it is,
+    the very object, and nothing is read or built. A table is kept with the
+    fingerprints read in the statements that read its rows, never earlier
+    ones. With 7,900 replicas at 10,000 nodes the reading took each admin
+    process 0.06 to 0.13 s of CPU a second; the two fingerprints take
+    PostgreSQL some 25 ms.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: tuple[tuple[str | None, str | None], dict[int, list[dict]]] | None = None
+
+    def table(self) -> dict[int, list[dict]]:
+        """Every node's shards, as :func:`for_nodes` gives them now; read them, never change them."""
+        with self._lock:
+            kept = self._kept
+            if kept is not None:
+                now = (set_fingerprint(_running(), _ORDER, *_COLUMNS), set_fingerprint(Adapter.objects, *_ADAPTERS))
+                if now == kept[0]:
+                    return kept[1]
+            self._kept = self._read()
+            return self._kept[1]
+
+    @staticmethod
+    def _read() -> tuple[tuple[str | None, str | None], dict[int, list[dict]]]:
+        shards_fp = adapters_fp = None
+        rows = []
+        query = _running().annotate(fp=set_fingerprint_of(_running(), _ORDER, *_COLUMNS)).order_by(*_ORDER)
+        for *row, fp in query.values_list(*_COLUMNS, "fp"):
+            rows.append(tuple(row))
+            shards_fp = fp
+        adapter_rows = []
+        adapters = Adapter.objects.annotate(fp=set_fingerprint_of(Adapter.objects, *_ADAPTERS)).order_by(*_ADAPTERS[0])
+        for *row, fp in adapters.values_list(*_ADAPTER_COLUMNS, "fp"):
+            adapter_rows.append(tuple(row))
+            adapters_fp = fp
+        return (shards_fp, adapters_fp), _table(rows, adapter_rows)
+
+
+kept_table = KeptTable()
 
 
 # A shard's row: where it runs, what it is, and its replica's model and profile (None: the profile was removed).
@@ -67,11 +123,15 @@ _COLUMNS = (
     "replica__profile__nodes",
 )
 _MODEL_ID = _COLUMNS.index("replica__model_id")
+_ORDER = ("replica_id", "rank")
+_ADAPTER_COLUMNS = ("model_id", "name", "source")
+# An adapter's order (unique: a model's adapters have distinct names), then the columns its fingerprint follows.
+_ADAPTERS = (("model_id", "name"), *_ADAPTER_COLUMNS)
 
 
 def heartbeat_tables(sender, **kwargs) -> HeartbeatTables:
-    """``heartbeat_answers_wanted``: every node's shards, for the heartbeat desk's copy (see :func:`for_nodes`)."""
-    return HeartbeatTables(shards=for_nodes())
+    """``heartbeat_answers_wanted``: every node's shards, for the heartbeat desk's copy (see :class:`KeptTable`)."""
+    return HeartbeatTables(shards=kept_table.table())
 
 
 def _describe(row: tuple, adapters: Iterable[tuple[str, str]]) -> dict:

@@ -47,6 +47,11 @@ def by_instances(node_ids: list[int] | None = None) -> dict[int, list[dict]]:
 
 @pytest.fixture
 def placed():
+    return placed_fleet()
+
+
+def placed_fleet():
+    """Two models on three nodes (adapters, an env, a replica over two nodes); a stopping replica; a profile gone."""
     ingest_fleet("h100-hgx:3@north")
     llama = add_model()
     other = add_model(

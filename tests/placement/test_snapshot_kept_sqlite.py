@@ -1,4 +1,4 @@
-"""The kept reader on SQLite, the embedded default: the same fingerprints, from SQLite's own functions.
+"""The kept snapshot reader and shard table on SQLite, the embedded default: fingerprints from SQLite's functions.
 
 SQLite has no ``ROW(...)::text``, no ``sha256`` of its own (Django registers
 one) and, before 3.44, no ordered aggregate, so each fingerprint is built
@@ -66,3 +66,44 @@ def test_a_kept_reader_on_sqlite_gives_a_new_readers_snapshot(tmp_path):
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rounds 180" in done.stdout, done.stdout
+
+
+SHARDS = """
+import django
+django.setup()
+from django.core.management import call_command
+from django.db import connection
+call_command("migrate", verbosity=0)
+assert connection.vendor == "sqlite", connection.vendor
+from placement import assignments
+from tests.placement.test_assignments_rows import placed_fleet
+from tests.placement.test_assignments_kept import CHANGES, same
+placed_fleet()
+kept = assignments.KeptTable()
+table = same(kept)
+assert same(kept) is table
+from django.db import transaction
+for name in sorted(CHANGES):
+    before = same(kept)
+    with transaction.atomic():  # each change alone, on the fleet as placed, then undone
+        CHANGES[name]()
+        assert same(kept) != before, name
+        transaction.set_rollback(True)
+    assert same(kept) == before
+print("changes", len(CHANGES))
+"""
+
+
+def test_the_kept_shard_table_on_sqlite_is_the_table_read_afresh(tmp_path):
+    env = {
+        **os.environ,
+        "LLMGW_DATA_DIR": str(tmp_path),
+        "LLMGW_DATABASE_URL": f"sqlite:///{tmp_path}/llmgw.sqlite3",
+        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SHARDS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "changes 22" in done.stdout, done.stdout
