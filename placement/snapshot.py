@@ -196,9 +196,14 @@ class FleetReader:
         """The cards of the nodes ``pks``, each node's kept with its cards' fingerprint (None for no card)."""
         by_node: dict[int, tuple[str, list[GpuInfo]]] = {}
         peers_of, problems_of = PerValue(card_peers), PerValue(card_problems)
+        # A fleet's cards repeat their class and fabric state: one text each, not one per card. Per
+        # reading, so that what nodes report cannot grow it past what one reading holds anyway.
+        texts: dict[str, str] = {}
         query = cards.annotate(fp=CARDS_FINGERPRINT).order_by("node_id", "index")
         for g in values_decoded_once(query, (*GPU_COLUMNS, "fp"), GPU_JSON):
             node = by_node.setdefault(g["node_id"], (g["fp"], []))
+            for name in ("gpu_class", "fabric_state", "fabric_status"):
+                g[name] = texts.setdefault(g[name], g[name])
             node[1].append(gpu_info(g, peers_of=peers_of, problems_of=problems_of))
         for pk in pks:
             fp, infos = by_node.get(pk, (None, []))
@@ -237,9 +242,11 @@ class FleetReader:
 
     def _read_replicas(self, replicas) -> list[tuple[tuple, str]]:
         read = []
+        texts: dict[str, str] = {}  # a model's, a profile's, a state's name: one text each (see _read_cards)
         for *row, fp in replicas.annotate(fp=REPLICA_FINGERPRINT).order_by("id").values_list(*REPLICA_COLUMNS, "fp"):
-            self._replicas.keep(row[0], fp, tuple(row))
-            read.append((tuple(row), fp))
+            kept = tuple(texts.setdefault(v, v) if isinstance(v, str) and i else v for i, v in enumerate(row))
+            self._replicas.keep(row[0], fp, kept)
+            read.append((kept, fp))
         return read
 
     def _read_shards(self, shards, ids: list[str]) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import task_postrun
 
+from core import memory
 from core.locks import exclusive
 from core.runs import Run
 from placement.writes import reconciler
@@ -23,3 +25,10 @@ def reconcile() -> dict:
         if not held:
             return {"skipped": "another worker holds the lock"}
         return reconciler.reconcile().summary()
+
+
+@task_postrun.connect
+def _let_go_of_an_idle_planner(**_) -> None:
+    """After each task, a process that has not planned for a while lets go of its planner (and its pages)."""
+    if reconciler.let_go_if_idle():
+        memory.give_back()
