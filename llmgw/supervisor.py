@@ -37,6 +37,16 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The same lines as llmgw.settings.LOGGING writes, for one log that reads alike."""
 
 
+# How a worker runs its tasks: two threads of its one process, here and in deploy/systemd/llmgw-worker.service
+# (tests/deploy/test_systemd.py holds the two alike). With Celery's default pool, two forked processes, each
+# process that had run a reconciling pass kept its own planner and snapshot reader, with the pages around them
+# (some 65 MB each at 10,000 nodes), and each held a Django of its own: llmgw serve's processes took 1,108 MB
+# there, and 802 MB with threads (bench/scale.py --replicas-first). The tasks wait on the database far more
+# than they compute, the reconciler's own CPU is a tenth of a second a pass, and a task that would run past
+# the guard's window keeps one thread while the other takes the rest (llmgw.worker_guard).
+WORKER_POOL = ("--pool=threads", "--concurrency=2")
+
+
 class ProcessWorker:
     """``celery -A llmgw worker -B`` as a child process, in a process group of its own, started again if it exits.
 
@@ -71,7 +81,7 @@ class ProcessWorker:
             "worker",
             "-B",
             "--loglevel=WARNING",
-            "--concurrency=2",
+            *WORKER_POOL,
             "--without-gossip",
             "--without-mingle",
         ]

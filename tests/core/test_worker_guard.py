@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from core.worker_watch import Seen, WorkerWatch
 from llmgw import worker_guard
+from llmgw.supervisor import WORKER_POOL
 from tests.deploy.multihost import free_port, redis_answers, wait_until
 
 WINDOW = 10.0
@@ -163,7 +164,7 @@ class Worker:
             PYTHONUNBUFFERED="1",
             PYTHONPATH=os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])),
         )
-        cmd = [sys.executable, "-m", "celery", "-A", "llmgw", "worker", "--loglevel=WARNING", "--concurrency=2"]
+        cmd = [sys.executable, "-m", "celery", "-A", "llmgw", "worker", "--loglevel=WARNING", *WORKER_POOL]
         cmd += ["--without-gossip", "--without-mingle", "-n", self.name, "-I", "tests.core.stall_control"]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(cmd, env=env, cwd=CHECKOUT, stdout=out, stderr=subprocess.STDOUT)
@@ -307,7 +308,7 @@ def test_a_worker_that_went_deaf_after_taking_tasks_is_named(gap, went_deaf):
 
 @pytest.mark.slow
 def test_a_task_waits_in_redis_not_in_a_busy_worker_so_its_death_loses_nothing(celery_app, tmp_path):
-    """With every pool process busy a worker takes nothing more from Redis (worker_disable_prefetch): a task
+    """With both its pool's threads busy a worker takes nothing more from Redis (worker_disable_prefetch): a task
     queued meanwhile stays in the queue, where another worker takes it the moment the first one dies. Taken
     early, it would wait in the dead worker's memory and in Redis's unacked set until the visibility timeout
     (300 s). And a worker that is busy for longer than its window with its canaries waiting is not deaf."""
@@ -316,7 +317,7 @@ def test_a_task_waits_in_redis_not_in_a_busy_worker_so_its_death_loses_nothing(c
     held = [tmp_path / f"held{i}" for i in range(2)]
     for path in held:
         app.send_task("llmgw_test.hold", args=[45.0, str(path)])
-    wait_until(lambda: all(p.exists() for p in held), 30, "both pool processes busy")
+    wait_until(lambda: all(p.exists() for p in held), 30, "both the pool's threads busy")
     app.send_task("queued.meanwhile")
     client = redis_client(redis)
     # A reconnect's longest wait (30 s) and a window (4 s) with canaries waiting: a deaf verdict would have come.

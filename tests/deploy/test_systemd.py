@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.supervisor import WORKER_POOL
 from tests.deploy.tools import DEPLOY, ensure
 
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
@@ -64,6 +65,9 @@ def test_the_units_run_llmgws_own_commands():
     assert commands["llmgw-serve"][1:] == ["serve", "--no-worker"]
     assert commands["llmgw-agent"][1:3] == ["agent", "--config"]
     assert commands["llmgw-worker"][1:4] == ["-A", "llmgw", "worker"] and "-B" not in commands["llmgw-worker"]
+    # The unit's worker runs its tasks as llmgw serve's does (threads: llmgw.supervisor.WORKER_POOL says why).
+    worker = commands["llmgw-worker"]
+    assert worker[worker.index(WORKER_POOL[0]) : worker.index(WORKER_POOL[0]) + len(WORKER_POOL)] == list(WORKER_POOL)
     assert commands["llmgw-beat"][1:4] == ["-A", "llmgw", "beat"]
     for unit in ("llmgw-serve", "llmgw-worker", "llmgw-beat"):
         assert "EnvironmentFile=/etc/llmgw/llmgw.env" in (DEPLOY / "systemd" / f"{unit}.service").read_text()
