@@ -8,21 +8,10 @@ in a process of its own on a migrated SQLite file.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import onsqlite
 
 CHECK = """
-import django
-django.setup()
-from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
-call_command("migrate", verbosity=0)
-assert connection.vendor == "sqlite", connection.vendor
 from inventory.models import Node
 from tests.api.test_node_listing_json import listed_pages, reference_pages
 from tests.placement.dbfleet import fleet
@@ -38,13 +27,4 @@ print("listed", sum(len(p) for p in got))
 
 
 def test_the_listing_on_sqlite_is_the_json_of_the_views(tmp_path):
-    env = {
-        **os.environ,
-        "LLMGW_DATA_DIR": str(tmp_path),
-        "LLMGW_DATABASE_URL": f"sqlite:///{tmp_path}/llmgw.sqlite3",
-        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "listed 26" in done.stdout
+    assert "listed 26" in onsqlite.run(CHECK, tmp_path)

@@ -9,21 +9,10 @@ a migrated SQLite file, each checked against a new reader's snapshot.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import onsqlite
 
 CHECK = """
-import django
-django.setup()
-from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
-call_command("migrate", verbosity=0)
-assert connection.vendor == "sqlite", connection.vendor
 from placement import snapshot
 from tests.placement import test_snapshot_kept as T
 model, first, wide = T.served_fleet()
@@ -56,25 +45,11 @@ print("rounds", steps)
 
 
 def test_a_kept_reader_on_sqlite_gives_a_new_readers_snapshot(tmp_path):
-    env = {
-        **os.environ,
-        "LLMGW_DATA_DIR": str(tmp_path),
-        "LLMGW_DATABASE_URL": f"sqlite:///{tmp_path}/llmgw.sqlite3",
-        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "rounds 180" in done.stdout, done.stdout
+    out = onsqlite.run(CHECK, tmp_path)
+    assert "rounds 180" in out, out
 
 
 SHARDS = """
-import django
-django.setup()
-from django.core.management import call_command
-from django.db import connection
-call_command("migrate", verbosity=0)
-assert connection.vendor == "sqlite", connection.vendor
 from placement import assignments
 from tests.placement.test_assignments_rows import placed_fleet
 from tests.placement.test_assignments_kept import CHANGES, same
@@ -95,15 +70,5 @@ print("changes", len(CHANGES))
 
 
 def test_the_kept_shard_table_on_sqlite_is_the_table_read_afresh(tmp_path):
-    env = {
-        **os.environ,
-        "LLMGW_DATA_DIR": str(tmp_path),
-        "LLMGW_DATABASE_URL": f"sqlite:///{tmp_path}/llmgw.sqlite3",
-        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SHARDS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "changes 22" in done.stdout, done.stdout
+    out = onsqlite.run(SHARDS, tmp_path)
+    assert "changes 22" in out, out
