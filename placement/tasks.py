@@ -5,7 +5,6 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import task_postrun
 
-from core import memory
 from core.locks import exclusive
 from core.runs import Run
 from placement.writes import reconciler
@@ -29,6 +28,6 @@ def reconcile() -> dict:
 
 @task_postrun.connect
 def _let_go_of_an_idle_planner(**_) -> None:
-    """After each task, a process that has not planned for a while lets go of its planner (and its pages)."""
-    if reconciler.let_go_if_idle():
-        memory.give_back()
+    """After each task, a process that has not planned for a while lets go of its planner; its pages go back to
+    the system when the next task ends (llmgw.celery gives back after every task)."""
+    reconciler.let_go_if_idle()
