@@ -79,7 +79,7 @@ class KeptTable:
         with self._lock:
             kept = self._kept
             if kept is not None:
-                now = (set_fingerprint(_running(), _ORDER, *_COLUMNS), set_fingerprint(Adapter.objects, *_ADAPTERS))
+                now = (set_fingerprint(_running(), *_SHARDS), set_fingerprint(Adapter.objects, *_ADAPTERS))
                 if now == kept[0]:
                     return kept[1]
             self._kept = self._read()
@@ -89,7 +89,7 @@ class KeptTable:
     def _read() -> tuple[tuple[str | None, str | None], dict[int, list[dict]]]:
         shards_fp = adapters_fp = None
         rows = []
-        query = _running().annotate(fp=set_fingerprint_of(_running(), _ORDER, *_COLUMNS)).order_by(*_ORDER)
+        query = _running().annotate(fp=set_fingerprint_of(_running(), *_SHARDS)).order_by(*_ORDER)
         for *row, fp in query.values_list(*_COLUMNS, "fp"):
             rows.append(tuple(row))
             shards_fp = fp
@@ -125,7 +125,8 @@ _COLUMNS = (
 _MODEL_ID = _COLUMNS.index("replica__model_id")
 _ORDER = ("replica_id", "rank")
 _ADAPTER_COLUMNS = ("model_id", "name", "source")
-# An adapter's order (unique: a model's adapters have distinct names), then the columns its fingerprint follows.
+# Each table's order (unique: a replica's ranks, a model's adapter names), then the columns its fingerprint follows.
+_SHARDS = (_ORDER, *_COLUMNS)
 _ADAPTERS = (("model_id", "name"), *_ADAPTER_COLUMNS)
 
 

@@ -242,10 +242,9 @@ class FleetReader:
 
     def _read_replicas(self, replicas) -> list[tuple[tuple, str]]:
         read = []
-        texts: dict[str, str] = {}  # a model's, a profile's, a state's name: one text each (see _read_cards)
         for *row, fp in replicas.annotate(fp=REPLICA_FINGERPRINT).order_by("id").values_list(*REPLICA_COLUMNS, "fp"):
-            kept = tuple(texts.setdefault(v, v) if isinstance(v, str) and i else v for i, v in enumerate(row))
-            self._replicas.keep(row[0], fp, kept)
+            kept = tuple(row)
+            self._replicas.keep(kept[0], fp, kept)
             read.append((kept, fp))
         return read
 

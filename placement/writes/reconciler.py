@@ -74,9 +74,10 @@ _READER = snap.FleetReader()
 _PLANNER_LOCK = threading.Lock()
 # When this process last planned (time.monotonic()), None when it holds nothing to let go.
 _last_planned: float | None = None
-# A planner and reader not used for this long are let go (let_go_if_idle). Each Celery pool process that
-# has run a pass keeps its own (some 40 MB at 10,000 nodes, and the pages around them), and the beat's
-# tasks arriving together send an odd pass to the other process, which then held them for good.
+# A planner and reader not used for this long are let go (let_go_if_idle). Each worker process that has
+# run a pass keeps its own (some 40 MB at 10,000 nodes, and the pages around them): where several workers
+# share the passes (control hosts, or a worker run with Celery's forked pool), one that stopped getting
+# them would otherwise hold them for good.
 IDLE_S = 60.0
 PARK_AFTER_DEFAULT = 3
 # Moves older than this no longer count toward any rate and are deleted.
