@@ -2,7 +2,9 @@
 
 - Authentication is the project's (a bearer token, or an admin session).
   Nothing here answers without one.
-- A read-only token may only read (GET, HEAD, OPTIONS).
+- Each endpoint and method needs the Django model permissions core.access
+  names, held by the user behind the token or session at this request;
+  only active staff get anywhere, and a read-only token only reads.
 - A JSON body is at most 1 MiB (413 past it), must be valid JSON nested at
   most 64 levels (400; read by core.jsonbody, the reader every listener
   shares) and may not carry strings the store cannot hold (a NUL, a lone
@@ -29,12 +31,23 @@ from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.views import APIView
 
 from core import jsonbody, storable
+from core.auth import DoorPermission
 from core.models import ACTOR_MAX, ApiToken, AuditEntry, audited_as, fit_audit_text
 
 JSON_BODY_LIMIT = 1024 * 1024
 ACTOR_HEADER = "HTTP_X_LLMGW_ACTOR"
 
-__all__ = ["ACTOR_MAX", "JSON_BODY_LIMIT", "ApiView", "Refused", "TooLarge", "dumps", "streamed_list", "unstorable"]
+__all__ = [
+    "ACTOR_MAX",
+    "JSON_BODY_LIMIT",
+    "ApiView",
+    "DoorPermission",
+    "Refused",
+    "TooLarge",
+    "dumps",
+    "streamed_list",
+    "unstorable",
+]
 
 
 class Refused(exceptions.APIException):
@@ -49,19 +62,6 @@ class TooLarge(Refused):
     def __init__(self, size: int | None = None) -> None:
         got = f"the body is {size} bytes" if size is not None else "the body is too large"
         super().__init__(413, f"{got}; at most {JSON_BODY_LIMIT} bytes (1 MiB) of JSON are accepted here")
-
-
-class OperatorOrReadOnly(permissions.BasePermission):
-    """Any authenticated caller may read; only a token that is not read-only may change anything."""
-
-    message = "this token is read-only: it may read (GET) but not change anything; use an operator's token"
-
-    def has_permission(self, request, view) -> bool:
-        if request.user is None or not request.user.is_authenticated:
-            return False
-        if request.method in permissions.SAFE_METHODS:
-            return True
-        return not (isinstance(request.auth, ApiToken) and request.auth.read_only)
 
 
 class LimitedJSONParser(JSONParser):
@@ -101,7 +101,7 @@ _UNSTORABLE = {
 class ApiView(APIView):
     """The base of every admin API view."""
 
-    permission_classes = [OperatorOrReadOnly]
+    permission_classes = [DoorPermission]
     parser_classes = [LimitedJSONParser]
 
     def dispatch(self, request, *args, **kwargs):

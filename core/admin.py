@@ -1,5 +1,5 @@
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 
 from core.credentials import hash_token, hint, may_issue_token, new_token
 from core.models import ApiToken, AuditEntry, Finding, TaskRun
@@ -11,9 +11,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     A token acts with its owner's powers, so who may mint for whom follows
     ``may_issue_token``: a staff user who is no superuser is offered only
-    accounts that are not superusers, cannot move a token onto another
-    account once minted (the owner is fixed at creation), and cannot change
-    a superuser's tokens.
+    accounts that are not superusers, is refused one who holds a permission
+    they lack, cannot move a token onto another account once minted (the
+    owner is fixed at creation), and cannot change such an account's tokens.
     """
 
     list_display = ["name", "user", "hint", "read_only", "created_at", "last_used_at", "revoked_at"]
@@ -31,6 +31,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if db_field.name == "user" and not request.user.is_superuser:
             kwargs["queryset"] = db_field.related_model._default_manager.filter(is_superuser=False)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is not None:
+            return form  # the owner is read-only once minted
+
+        class OwnerChecked(form):
+            def clean_user(self):
+                owner = self.cleaned_data["user"]
+                if refusal := may_issue_token(request.user, owner):
+                    raise ValidationError(refusal)
+                return owner
+
+        return OwnerChecked
 
     def has_change_permission(self, request, obj=None):
         if obj is not None and may_issue_token(request.user, obj.user):

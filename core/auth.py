@@ -1,10 +1,11 @@
-"""Bearer-token authentication for the admin API."""
+"""Who is calling the admin API (a bearer token) and whether they may (core.access's doors)."""
 
 from __future__ import annotations
 
 from django.utils import timezone
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, permissions
 
+from core import access
 from core.credentials import hash_token
 from core.models import ApiToken
 
@@ -38,3 +39,26 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="llmgw"'
+
+
+class DoorPermission(permissions.BasePermission):
+    """The caller's Django permissions, as core.access's table names them for this endpoint and method.
+
+    A token acts as its user at this request, never more (a read-only token
+    only reads); a session as its user. The 403's sentence names the
+    permission that was missing and the shipped group that holds it.
+    """
+
+    message = "you may not do this"
+
+    def has_permission(self, request, view) -> bool:
+        if request.user is None or not request.user.is_authenticated:
+            return False  # DRF answers 401 with the authenticator's challenge
+        match = getattr(request, "resolver_match", None)
+        # A method the view does not have is no door: DRF answers it with a 405 sentence.
+        door = match.url_name if match and hasattr(view, request.method.lower()) else None
+        read_only = isinstance(request.auth, ApiToken) and request.auth.read_only
+        why = access.refusal(request.user, door, request.method, read_only=read_only)
+        if why is not None:
+            self.message = why
+        return why is None

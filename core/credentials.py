@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Protocol
+from typing import Any, Protocol
 
 SECRET_BYTES = 32
 """256 random bits: too many to guess, which is why a plain SHA-256 is enough."""
@@ -64,16 +64,30 @@ def hint(token: str) -> str:
 
 
 class Account(Protocol):
+    pk: Any
     is_superuser: bool
+
+    def get_all_permissions(self, obj: Any = None) -> set[str]: ...
 
 
 def may_issue_token(issuer: Account, owner: Account) -> str | None:
     """Why ``issuer`` may not mint (or re-assign) a token owned by ``owner``, or None when they may.
 
-    A token acts with its owner's powers, so minting one for a superuser is
-    becoming one: only a superuser may. Anyone allowed to add tokens at all
-    may mint for themselves and for accounts that are not superusers.
+    A token acts with its owner's powers, so minting one for somebody else is
+    taking their powers: a superuser may mint for anyone, anyone else for
+    themselves and for accounts whose every permission they hold already
+    (never for a superuser). Without this, a user allowed only to add tokens
+    could mint one for a colleague with more permissions and act as them.
     """
-    if owner.is_superuser and not issuer.is_superuser:
+    if issuer.is_superuser or issuer.pk == owner.pk:
+        return None
+    if owner.is_superuser:
         return "only a superuser may mint or change a token for a superuser"
+    beyond = sorted(owner.get_all_permissions() - issuer.get_all_permissions())
+    if beyond:
+        more = f" and {len(beyond) - 3} more" if len(beyond) > 3 else ""
+        return (
+            f"that account holds permissions you do not ({', '.join(beyond[:3])}{more}); "
+            "a token acts with its owner's permissions, so only they or a superuser may mint one for them"
+        )
     return None

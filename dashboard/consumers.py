@@ -5,7 +5,7 @@ Each consumer forwards ``live.update`` messages to the browser as JSON
 re-fetch, and the database stays the one source of what is true. A page that
 misses messages (a reconnect) re-fetches everything, so dropping is safe.
 
-Only a logged-in operator (active and staff) may listen, and only from a page
+Only a logged-in account allowed to open the page (core.access) may listen, and only from a page
 of this site. The socket is accepted and then closed with 4403 rather than
 refused outright, because a refused handshake reaches the browser as a bare
 1006 that a page cannot tell from a network failure; 4403 lets it say
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from core import outage
+from core import access, outage
 from dashboard import live, messages
 from inventory.models import GPU, Node, NVLinkDomain
 
@@ -63,22 +63,30 @@ def same_origin(scope: dict[str, Any]) -> bool:
     return urlsplit(origin).netloc.lower() == host.lower()
 
 
-def is_operator(user: Any) -> bool:
-    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+def may_open(user: Any, door: str) -> bool:
+    """Whether ``user`` may open the page ``door`` names (core.access: active staff holding its permissions)."""
+    return access.refusal(user, door, "GET") is None
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     """Checks the operator, joins ``live_groups()``, forwards what ``wants()`` lets through."""
 
     joined: list[str]
+    door = "console-fleet"
+    """The page (its URL name) whose permissions a listener needs: the socket tells what the page shows."""
+
+    def may_listen(self) -> bool:
+        return may_open(self.scope.get("user"), self.door)
 
     async def connect(self) -> None:
         self.joined = []
         self.pending: list[dict[str, Any]] = []
         self.last_frame = float("-inf")
         self.flusher: asyncio.Task | None = None
+        # Asked before the accept, so that an allowed page joins its groups as soon as it is accepted.
+        allowed = same_origin(self.scope) and await database_sync_to_async(self.may_listen)()
         await self.accept()
-        if not (is_operator(self.scope.get("user")) and same_origin(self.scope)):
+        if not allowed:
             await self.close(code=FORBIDDEN)
             return
         groups = await self.live_groups()
@@ -202,6 +210,8 @@ class NodeConsumer(LiveConsumer):
     message names many nodes), so this joins ``fleet`` and picks its node out.
     """
 
+    door = "console-node"
+
     async def live_groups(self) -> list[str] | None:
         self.node_name = await _node_name(self.scope["url_route"]["kwargs"]["pk"])
         if self.node_name is None:
@@ -219,6 +229,8 @@ class DomainConsumer(LiveConsumer):
     are what tell. Like NodeConsumer, it listens on ``fleet``, where
     everything is published, and picks out what concerns the rack.
     """
+
+    door = "console-domain"
 
     async def live_groups(self) -> list[str] | None:
         pk = self.scope["url_route"]["kwargs"]["pk"]

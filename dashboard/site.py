@@ -3,21 +3,48 @@
 The admin's own ``get_urls`` ends in catch-alls (an app's index, then a
 "not found" view), so the console's patterns go first. Every page goes
 through ``site.admin_view``: only an active staff user gets in, anyone else
-is sent to the admin's login and comes back after it.
+is sent to the admin's login and comes back after it; then through
+:func:`through_door`, which asks core.access for the page's permissions.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
+from core import access
 from dashboard.views import fabrics, fleet, models, nodes, nvlink
 
 INDEX_TEMPLATE = "dashboard/admin_index.html"
 
 
+def through_door(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view``, opened only to an account holding what core.access names for its URL and method (else 403)."""
+
+    @functools.wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        name = request.resolver_match.url_name
+        # A method a known page does not take is no door: the view's own decorator answers 405.
+        # A page the table does not know stays shut (refusal: superusers only).
+        known = access.needs(name, request.method) is not None or not access.methods_of(name)
+        door = name if known else None
+        if why := access.refusal(request.user, door, request.method):
+            raise PermissionDenied(why)
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
 def console_urls(site: AdminSite) -> list:
-    v = site.admin_view
+    def v(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        return site.admin_view(through_door(view))
+
     return [
         path("fleet/", v(fleet.page), name="console-fleet"),
         path("fleet/live", v(fleet.fragment), name="console-fleet-live"),

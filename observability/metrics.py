@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 from rest_framework import exceptions
 
 from catalog.models import CatalogModel
-from core import cycles, dbtimes, histograms
+from core import access, cycles, dbtimes, histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
 from gateway import metrics as gateway_metrics
@@ -356,12 +356,14 @@ def _refusal(message: str) -> HttpResponse:
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus's scrape: an API token as bearer (an operator's or a read-only one), else 401."""
+    """Prometheus's scrape: an API token as bearer (a read-only one will do), else 401; 403 without the permission."""
     try:
         found = BearerTokenAuthentication().authenticate(request)
     except exceptions.AuthenticationFailed as exc:
         return _refusal(str(exc.detail))
     if found is None:
         return _refusal("send an API token as 'Authorization: Bearer <token>' (a read-only one will do)")
+    if why := access.refusal(found[0], "metrics", request.method):
+        return HttpResponse(why + "\n", status=403, content_type="text/plain; charset=utf-8")
     # The classic text format, which every Prometheus version reads (the output uses no newer feature).
     return HttpResponse(exposition(), content_type=CONTENT_TYPE_PLAIN_0_0_4)

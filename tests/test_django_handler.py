@@ -14,7 +14,6 @@ import threading
 import httpx
 import pytest
 from asgiref.sync import SyncToAsync
-from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.http import JsonResponse
 from django.test import override_settings
@@ -25,6 +24,7 @@ from inventory.reads import nodes as node_reads
 from llmgw.asgi import application
 from llmgw.bootstrap import issue_join_token
 from llmgw.django_handler import SyncChainASGIHandler
+from tests import people
 from tests.agentapi.reports import report
 from tests.api.fleet import ingest_fleet
 from tests.asgiserver import asgi_live_server
@@ -122,7 +122,7 @@ def test_the_node_listing_still_goes_out_page_by_page_through_a_real_server(monk
     each page read in the request's thread, and joined the same list the test client answers."""
     ingest_fleet("h100-hgx:5@south,cpu:2")
     monkeypatch.setattr(node_reads, "NODE_PAGE", 2)
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("stream"), "stream")
+    _, secret = ApiToken.issue(people.operator("stream"), "stream")
     headers = {"Authorization": f"Bearer {secret}"}
     with asgi_live_server() as url:
         with httpx.stream("GET", f"{url}/api/v1/nodes", headers=headers, timeout=30) as answer:

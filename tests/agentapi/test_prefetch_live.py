@@ -7,13 +7,13 @@ import asyncio
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from agent.supervisor.prefetch import Prefetcher
 from catalog import writes as service
 from core.models import ApiToken
 from inventory.models import Node
+from tests import people
 from tests.agentapi.agenthttp import heartbeat
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ def test_an_agent_fetches_what_the_heartbeat_hands_out_and_its_beats_bring_the_p
         },
         actor="t",
     )
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     name = Node.objects.get().name

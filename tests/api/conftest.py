@@ -6,10 +6,10 @@ Every permission test reads as one of them trying something.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from core.models import ApiToken
+from tests import people
+from tests.people import person, token_of
 
 
 def client_with(token: str | None) -> APIClient:
@@ -22,17 +22,13 @@ def client_with(token: str | None) -> APIClient:
 @pytest.fixture
 def operator(db) -> APIClient:
     """Olivia runs the fleet: her token may change things."""
-    user = get_user_model().objects.create_user("olivia")
-    _, secret = ApiToken.issue(user, "ctl on olivia's laptop")
-    return client_with(secret)
+    return client_with(token_of(people.operator("olivia"), name="ctl on olivia's laptop"))
 
 
 @pytest.fixture
 def reader(db) -> APIClient:
-    """Rui watches dashboards: his token may only read."""
-    user = get_user_model().objects.create_user("rui")
-    _, secret = ApiToken.issue(user, "grafana", read_only=True)
-    return client_with(secret)
+    """Rui watches dashboards: a viewer (and finance, for usage) whose token may only read."""
+    return client_with(token_of(person("rui", "viewers", "finance"), read_only=True, name="grafana"))
 
 
 @pytest.fixture

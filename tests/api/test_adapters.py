@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from catalog.models import Adapter, CatalogModel
 from core.models import ApiToken
 from inventory.models import Node
+from tests import people
 from tests.api.fleet import ingest_fleet
 from tests.ctl.transport import DjangoTransport, run
 
@@ -52,7 +52,7 @@ def test_hostile_adapters_are_refused_with_a_sentence_and_nothing_stored_is_lost
 
 def test_ctl_adds_a_model_with_adapters_from_yaml_and_lists_them(db, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     monkeypatch.setenv("LLMGW_TOKEN", secret)
     transport = DjangoTransport()
     path = tmp_path / "llama.yaml"

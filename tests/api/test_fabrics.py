@@ -181,4 +181,4 @@ def test_more_racks_and_boxes_take_no_more_queries(operator, rack, django_assert
     with django_assert_max_num_queries(len(seen)):
         bigger = operator.get("/api/v1/nvlink").json()
     assert (len(small["domains"]), len(bigger["domains"])) == (1, 3)
-    assert len(seen) <= 5
+    assert len(seen) <= 7  # two of them the account's permissions (core.access)

@@ -13,7 +13,6 @@ import json
 from urllib.parse import quote
 
 import pytest
-from django.contrib.auth import get_user_model
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from rest_framework.test import APIClient
 from api.base import JSON_BODY_LIMIT
 from core.models import ApiToken
 from gateway.writes import keys
+from tests import people
 from tests.api.fleet import MODEL, add_model, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db
@@ -100,7 +100,7 @@ def world(db):
     model = add_model()
     place(model, "hgx-000", [0])
     key = keys.issue(team="search").key
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     client = APIClient(raise_request_exception=True)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     real = {"name": MODEL["name"], "key_id": key.id, "fabric": "north"}

@@ -12,6 +12,7 @@ from agent.simulator import fleet as F
 from core.models import AuditEntry
 from inventory import signals
 from inventory.models import IBPort, Node
+from tests import people
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 
 pytestmark = pytest.mark.django_db
@@ -218,7 +219,6 @@ def test_logs_serve_what_the_agent_sent_per_shard(operator, fleet):
 def test_the_list_is_streamed_under_asgi_a_page_at_a_time_with_the_same_answer(operator, fleet, monkeypatch):
     """Under ASGI (every server llmgw runs) the listing goes out page by page; joined, it is the answer WSGI gives."""
     from asgiref.sync import async_to_sync
-    from django.contrib.auth import get_user_model
     from django.test import AsyncClient
 
     from core.models import ApiToken
@@ -227,7 +227,7 @@ def test_the_list_is_streamed_under_asgi_a_page_at_a_time_with_the_same_answer(o
     ingest_fleet("h100-hgx:3@south", prefix="more-")
     whole = operator.get("/api/v1/nodes").json()
     monkeypatch.setattr(reads, "NODE_PAGE", 2)
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("asgi"), "asgi")
+    _, secret = ApiToken.issue(people.operator("asgi"), "asgi")
 
     async def listing() -> tuple[bool, list[bytes]]:
         answer = await AsyncClient().get("/api/v1/nodes", headers={"Authorization": f"Bearer {secret}"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from catalog.models import CatalogModel, WeightCollection, WeightPrefetch
@@ -19,6 +18,7 @@ from core.models import ApiToken, AuditEntry
 from inventory.models import Node
 from inventory.report_schema import heartbeat_problems
 from inventory.writes.heartbeats import HeartbeatDesk
+from tests import people
 from tests.api.fleet import add_model, ingest_fleet
 from tests.ctl.transport import DjangoTransport, run
 
@@ -165,7 +165,7 @@ def test_prefetched_copies_are_no_orphans_while_the_model_exists(operator, desk)
 
 def test_ctl_prefetch_and_ctl_models_show_the_progress(fleet, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     monkeypatch.setenv("LLMGW_TOKEN", secret)
     transport = DjangoTransport()
     code, out, err = run(["prefetch", "llama", "--nodes", "hgx-000,hgx-001"], transport)

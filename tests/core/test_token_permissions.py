@@ -6,6 +6,8 @@
   with its owner's powers, and never by moving a token she minted onto Sam.
 - Nora is an ordinary account (a script's): tokens may be minted for her.
 - Victor is staff with view permissions only: he mints nothing.
+- Olivia is an operator (the shipped group): she holds permissions Stella lacks, so Stella may not
+  mint her a token — it would let Stella act as Olivia.
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ def nora(db) -> User:
 
 
 @pytest.fixture
+def olivia(db) -> User:
+    from django.contrib.auth.models import Group
+
+    from core import roles
+
+    roles.ensure()
+    user = User.objects.create_user("olivia", is_staff=True)
+    user.groups.add(Group.objects.get(name="operators"))
+    return user
+
+
+@pytest.fixture
 def victor(db) -> User:
     user = User.objects.create_user("victor", password="x" * 12, is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
@@ -69,6 +83,13 @@ def test_stella_mints_for_herself_and_for_nora(stella, nora):
 def test_stella_cannot_mint_for_a_superuser(stella, sam):
     client = logged_in(stella)
     assert mint(client, sam) == 200  # the form again, with the refusal
+    assert not ApiToken.objects.exists()
+
+
+def test_stella_cannot_mint_for_an_operator_who_holds_more_than_she_does(stella, olivia):
+    client = logged_in(stella)
+    page = client.post(ADD, {"user": olivia.pk, "name": "olivia's", "read_only": ""})
+    assert page.status_code == 200 and "holds permissions you do not" in page.content.decode()
     assert not ApiToken.objects.exists()
 
 
@@ -105,11 +126,21 @@ def test_victor_mints_nothing(victor, nora):
 
 
 class Person:
-    def __init__(self, superuser: bool) -> None:
-        self.is_superuser = superuser
+    def __init__(self, pk: int, superuser: bool, perms: set[str]) -> None:
+        self.pk, self.is_superuser, self.perms = pk, superuser, perms
+
+    def get_all_permissions(self, obj=None) -> set[str]:
+        return set(self.perms)
 
 
-@given(st.booleans(), st.booleans())
-def test_the_rule_only_a_superuser_mints_for_a_superuser(issuer_super, owner_super):
-    allowed = may_issue_token(Person(issuer_super), Person(owner_super)) is None
-    assert allowed == (issuer_super or not owner_super)
+PERMS = st.sets(st.sampled_from(["a.view_x", "a.add_x", "b.change_y", "b.delete_y"]))
+
+
+@given(st.booleans(), st.booleans(), PERMS, PERMS, st.booleans())
+def test_the_rule_a_token_never_carries_more_than_its_issuer_holds(
+    issuer_super, owner_super, issuer_perms, owner_perms, same
+):
+    issuer = Person(1, issuer_super, issuer_perms)
+    owner = issuer if same else Person(2, owner_super, owner_perms)
+    allowed = may_issue_token(issuer, owner) is None
+    assert allowed == (issuer_super or same or (not owner_super and owner_perms <= issuer_perms))

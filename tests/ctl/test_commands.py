@@ -17,6 +17,7 @@ from inventory.models import GPU, Node, NVLinkDomain
 from placement.models import Shard
 from placement.writes import load
 from placement.writes.reconciler import reconcile
+from tests import people
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.ctl.transport import DjangoTransport, run
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.django_db
 def ctl(db, monkeypatch, tmp_path):
     """``llmgw ctl`` as Olivia, with her token in the environment and no config file."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    user = get_user_model().objects.create_user("olivia")
+    user = people.operator("olivia")
     _, secret = ApiToken.issue(user, "laptop")
     monkeypatch.setenv("LLMGW_TOKEN", secret)
     transport = DjangoTransport()
@@ -125,7 +126,7 @@ def test_a_refusal_prints_the_servers_sentence_and_fails(ctl, fleet):
 
 
 def test_a_read_only_token_is_told_so(ctl, fleet, monkeypatch):
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("rui"), "ro", read_only=True)
+    _, secret = ApiToken.issue(people.person("rui", "viewers", "finance"), "ro", read_only=True)
     code, _, err = ctl("--token", secret, "drain", "hgx-001")
     assert code == 1 and "read-only" in err
 

@@ -13,7 +13,6 @@ import string
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +24,7 @@ from gateway.models import Budget
 from gateway.writes import keys
 from inventory.models import Node
 from placement.models import Replica
+from tests import people
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.ctl.transport import run
 
@@ -84,7 +84,7 @@ def _fleet_with_faults() -> None:
 def answers(db) -> dict[tuple[str, str], tuple[int, object]]:
     """What the real API answered to every request the commands make, by (method, path)."""
     _fleet_with_faults()
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     django = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     captured: dict[tuple[str, str], tuple[int, object]] = {}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from core.models import ApiToken
+from tests import people
 from tests.ctl.transport import DjangoTransport, run
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def ctl(db, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "laptop")
+    _, secret = ApiToken.issue(people.operator("olivia"), "laptop")
     monkeypatch.setenv("LLMGW_TOKEN", secret)
     transport = DjangoTransport()
     return lambda *argv: run(list(argv), transport)

@@ -9,11 +9,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from tests import people
+
 
 @pytest.fixture
 def olivia(db):
-    """Olivia runs the fleet: a staff account, logged in."""
-    return get_user_model().objects.create_user("olivia", password="x", is_staff=True)
+    """Olivia runs the fleet: an operator's account (tests/people.py), logged in."""
+    return people.operator("olivia", password="x")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from core.models import ApiToken, Finding
 from gateway.models import ApiKey, Budget, Organisation, Team, UsageHour, UsageRecord
 from observability.metrics import observe_reconcile
 from placement.models import Replica
+from tests import people
 from tests.deploy.tools import DEPLOY, ROOT, ensure
 from tests.observability.fleet import Scrape, ingest_fleet
 
@@ -87,7 +88,7 @@ def live_scrape(client, django_user_model) -> Scrape:
         ttfb_ms=4,
         at=now - timedelta(seconds=5),
     )
-    user = django_user_model.objects.create_user("prometheus", password="x" * 12)
+    user = people.person("prometheus", "viewers")
     _, token = ApiToken.issue(user, "prometheus", read_only=True)
     client.get("/healthz")  # a request of the admin listener's own, so its request counters have samples
     answer = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")

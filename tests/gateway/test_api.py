@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -13,12 +12,13 @@ from core.models import ApiToken, AuditEntry
 from gateway import reads as reports
 from gateway.models import ApiKey, Budget, UsageHour, UsageRecord
 from gateway.writes import keys
+from tests import people
 
 pytestmark = pytest.mark.django_db
 
 
 def client_for(name: str, *, read_only: bool = False) -> APIClient:
-    user = get_user_model().objects.create_user(name)
+    user = people.operator(name)
     _, secret = ApiToken.issue(user, f"{name}'s token", read_only=read_only)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")

@@ -13,6 +13,7 @@ from core.models import ApiToken
 from gateway import metrics as gateway_metrics
 from gateway.models import ApiKey, Budget, Organisation, Team, UsageHour, UsageRecord
 from observability import metrics
+from tests import people
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def key():
 
 
 def scrape(client, django_user_model) -> dict:
-    user = django_user_model.objects.create_user("prom", password="x" * 12)
+    user = people.person("prom", "viewers")
     _, token = ApiToken.issue(user, "prometheus", read_only=True)
     text = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").content.decode()
     samples = {}

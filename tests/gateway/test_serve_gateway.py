@@ -27,6 +27,7 @@ from gateway.models import ApiKey, Budget, Lease, UsageRecord
 from gateway.tasks import reap_leases
 from llmgw.celery import beat_schedule
 from placement.models import Replica
+from tests import people
 from tests.core.test_serve import Server, descendants
 from tests.gateway.harness import key, model, replica
 
@@ -292,7 +293,7 @@ def test_a_revoked_key_stops_working_on_every_server_at_once(engines, tmp_path, 
     env = {**server_env(), "LLMGW_REDIS_URL": REDIS_URL}
     replica(model("llama"), engines().url)
     secret = key()
-    operator = django_user_model.objects.create_user("olivia")
+    operator = people.operator("olivia")
     _, token = ApiToken.issue(operator, "test")
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()

@@ -20,6 +20,7 @@ from gateway.pgpath import PgPath
 from gateway.writes import keys, leases
 from gateway.writes.usage import MAX_TOKENS, Finished, Writer, engine_count, engine_usage, statements
 from gateway.writes.usage import copy as usage_copy
+from tests import people
 from tests.gateway import fake_engine
 from tests.gateway.harness import call, key, model, new_app, replica, settle
 
@@ -231,7 +232,7 @@ def test_a_database_that_is_away_sets_nothing_aside_and_keeps_the_batch():
 def test_set_aside_records_are_counted_on_metrics(client, django_user_model):
     SetAsideUsage.objects.create(reason="DataError: integer out of range", record="{}")
     SetAsideUsage.objects.create(reason="IntegrityError: key gone", record="{}")
-    user = django_user_model.objects.create_user("prom", password="x" * 12)
+    user = people.person("prom", "viewers")
     _, token = ApiToken.issue(user, "prometheus", read_only=True)
     text = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").content.decode()
     samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}

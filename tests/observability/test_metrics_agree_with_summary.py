@@ -15,13 +15,13 @@ by prometheus_client, and the summary's JSON.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from agent.simulator import fleet as F
 from core.models import ApiToken
 from inventory.models import GPU, Node
 from observability import fleet_sql
+from tests import people
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.observability.fleet import Scrape
 
@@ -33,7 +33,7 @@ STATES = ("used", "free", "unhealthy", "held")
 @pytest.fixture
 def operator(db) -> APIClient:
     """An operator's token, which may read both answers."""
-    _, secret = ApiToken.issue(get_user_model().objects.create_user("olivia"), "ctl")
+    _, secret = ApiToken.issue(people.operator("olivia"), "ctl")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     return client

@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from core.models import ApiToken
+from tests import people
 from tests.observability.fleet import Scrape, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -19,13 +20,13 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def operator_token() -> str:
-    user = get_user_model().objects.create_user("olivia", password="x", is_staff=True)
+    user = people.operator("olivia", password="x")
     return ApiToken.issue(user, "ctl on my laptop")[1]
 
 
 @pytest.fixture
 def scraper_token() -> str:
-    user = get_user_model().objects.create_user("prometheus", password="x")
+    user = people.person("prometheus", "viewers", password="x")
     return ApiToken.issue(user, "prometheus", read_only=True)[1]
 
 

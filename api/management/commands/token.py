@@ -1,7 +1,8 @@
 """``llmgw token create --user NAME [--read-only] [--name TEXT]``: an API token for a person or a script.
 
 1. Find the account; refuse, saying how to create one, when it does not exist.
-2. Issue the token (stored hashed, as every token is).
+2. Issue the token (stored hashed, as every token is); say so when the account holds no
+   permission yet, since the token then opens no door (core.access).
 3. Print the secret once, on stdout alone, so ``$(llmgw token create …)`` captures it;
    it cannot be shown again.
 """
@@ -33,5 +34,12 @@ class Command(BaseCommand):
         label = name or ("read-only token" if read_only else "token") + " from the command line"
         token, secret = ApiToken.issue(account, label[:100], read_only=read_only)
         AuditEntry.record(user, "create-token", token.hint, {"read_only": read_only, "via": "command"})
+        if not account.is_superuser and not (account.is_staff and account.get_all_permissions()):
+            # Not refused: an administrator may mint first and give the group after. But said, since
+            # the token opens no door until then (core.access), and a 403 later would puzzle.
+            self.stderr.write(
+                f"Note: {user!r} is not staff or holds no permission, so this token opens nothing yet; "
+                "give the account a group (viewers, operators, finance) in the admin."
+            )
         self.stderr.write(f"Token {token.hint} for {user}{' (read-only)' if read_only else ''}; shown once:")
         self.stdout.write(secret)
