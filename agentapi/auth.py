@@ -17,10 +17,11 @@ _NODE_BY_CREDENTIAL = CompiledQuery(lambda digest: Node.objects.filter(credentia
 class Refused(Exception):
     """A request the agent must not retry as it is; ``status`` is the HTTP status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s  # sent as Retry-After: the agent sends it again then (a 429)
 
 
 def bearer(request) -> str:

@@ -13,3 +13,10 @@ def too_large(length: int | None, limit: int) -> str:
     if length is None:
         return f"the body is over {limit} bytes, the most accepted here"
     return f"the body is {length} bytes; at most {limit} are accepted here"
+
+
+def too_soon(interval_s: float, wait_s: int) -> str:
+    return (
+        f"this node's last full report was taken less than {interval_s:g} s ago, and one is taken at most every "
+        f"{interval_s:g} s: send it again in {wait_s} s"
+    )

@@ -9,8 +9,11 @@ stored changes: validation happens before the transaction that writes.
 from __future__ import annotations
 
 import logging
+import math
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.http import JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -18,13 +21,14 @@ from django.views.decorators.http import require_POST
 
 from agent.protocol import HEARTBEAT_INTERVAL_S, REPORT_INTERVAL_S
 from agentapi.auth import Refused, bearer, check_join_token, node_for_credential
-from agentapi.limits import REPORT_LIMIT, too_large
+from agentapi.limits import REPORT_LIMIT, too_large, too_soon
 from catalog import rules
 from core import jsonbody
 from core.compiled import CompiledQuery
 from core.credentials import hash_token, new_token
 from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
+from inventory.loss_settings import report_min_interval_s
 from inventory.models import Node
 from inventory.report_schema import report_problems, unstorable
 from inventory.writes import ingest, scans
@@ -37,8 +41,11 @@ log = logging.getLogger(__name__)
 _NODE_BY_NAME = CompiledQuery(lambda name: Node.objects.select_for_update().filter(name=name))
 
 
-def error(status: int, message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
+def error(status: int, message: str, retry_after_s: int | None = None) -> JsonResponse:
+    answer = JsonResponse({"error": message}, status=status)
+    if retry_after_s is not None:
+        answer["Retry-After"] = str(retry_after_s)
+    return answer
 
 
 def check_length(request, limit: int) -> None:
@@ -64,7 +71,7 @@ def refusals(view):
         try:
             return view(request, *args, **kwargs)
         except Refused as refused:
-            return error(refused.status, refused.message)
+            return error(refused.status, refused.message, refused.retry_after_s)
 
     wrapped.__name__ = view.__name__
     wrapped.__doc__ = view.__doc__
@@ -171,6 +178,7 @@ def report(request):
     body = read_json(request, REPORT_LIMIT)
     check_report(body, node)
     now = timezone.now()
+    take_turn(node, now)
     result = ingest.ingest_report(node, body, now)
     note_report_error(node, "")
     desk.remember(node)
@@ -181,6 +189,22 @@ def report(request):
     if scan:
         answer["scan"] = scan
     return JsonResponse(answer)
+
+
+def take_turn(node: Node, now: datetime) -> None:
+    """Take the node's turn to report, or refuse (429, Retry-After) one sooner than the interval after its last.
+
+    One conditional UPDATE: of reports sent at once, one takes the turn and the others are refused.
+    """
+    interval = report_min_interval_s()
+    if interval <= 0:
+        return
+    due = Q(last_report_at__isnull=True) | Q(last_report_at__lte=now - timedelta(seconds=interval))
+    if Node.objects.filter(due, pk=node.pk).update(last_report_at=now):
+        return
+    last = Node.objects.filter(pk=node.pk).values_list("last_report_at", flat=True).first() or now
+    wait = max(1, math.ceil(interval - (now - last).total_seconds()))
+    raise Refused(429, too_soon(interval, wait), retry_after_s=wait)
 
 
 @refusals

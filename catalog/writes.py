@@ -187,7 +187,10 @@ def upsert_model(data: Any, *, actor: str, declared_in: str) -> tuple[CatalogMod
 
 @transaction.atomic
 def remove_model(name: str, *, actor: str, allow_file: bool = False) -> None:
-    model = CatalogModel.objects.filter(name=name).first()
+    # Its row locked before its replicas are read for the cascade: a reconciling pass that has just placed
+    # a replica for it holds the row until its commit, and the deletion then finds that replica too (read
+    # first, it would delete the others and fail at its commit on the new one).
+    model = CatalogModel.objects.select_for_update(of=("self",)).filter(name=name).first()
     if model is None:
         raise CatalogError(f"no model named {name!r} is in the catalog (remove it by its name, not an alias)", 404)
     if not allow_file:

@@ -1,7 +1,7 @@
 """Inventory's settings, checked when a process starts rather than at the first sweep.
 
-A bad ``LLMGW_PARTITION_*``, ``LLMGW_FLAP*`` or ``LLMGW_HEALTH_*`` value is read by every
-reachability sweep (every 5 s) and every reconcile; as a Django system check
+A bad ``LLMGW_PARTITION_*``, ``LLMGW_FLAP*``, ``LLMGW_HEALTH_*`` or ``LLMGW_REPORT_MIN_INTERVAL_S`` value is
+read by every reachability sweep (every 5 s), every reconcile or every report; as a Django system check
 (tag ``llmgw-config``, as placement's) it stops ``llmgw serve`` at start with
 the sentence naming the variable.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core import checks
 
 from core.config import ConfigError
-from inventory.loss_settings import health_settings, loss_rules
+from inventory.loss_settings import health_settings, loss_rules, report_min_interval_s
 
 TAG = "llmgw-config"
 
@@ -22,6 +22,7 @@ def loss_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     try:
         loss_rules()
         health_settings()
+        report_min_interval_s()
     except ConfigError as exc:
         return [checks.Error(str(exc), id="inventory.E001")]
     return []

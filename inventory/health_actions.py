@@ -18,6 +18,12 @@ The rules, each with its reason:
   usually shared by a tray or a rack (a fabric manager restart, an NVSwitch tray) and are
   handled as one NVLink domain event; holding each card would move every replica of the rack
   at once, the storm this is meant to prevent. They still keep the card out of new placement.
+* At most ``events_per_card`` events of one card are kept one by one within the look-back
+  (:func:`over_cap`); the rest are folded into one summary event of that card, as grave as the
+  gravest it folds. Reason: a report lists up to 32 new Xids a card, and a node (a broken card,
+  or a hostile agent) sending report after report would otherwise write rows without end (100
+  reports wrote 25,600); a card with that many problems is held or its node cordoned long before,
+  and the summary keeps the gravest, so no decision below changes.
 * Hysteresis: a hold or a health cordon is lifted only once the card (or the node) has been
   clean — no counted problem, no fatal problem still showing — for ``clean_s``. Reason: a card
   that recovers by itself often fails again; putting it back at once would move replicas to it
@@ -35,6 +41,7 @@ from inventory.health_rules import Kind, Problem, Severity, is_fatal
 WINDOW_S_DEFAULT = 600.0
 CORDON_AFTER_DEFAULT = 3
 CLEAN_S_DEFAULT = 3600.0
+EVENTS_PER_CARD_DEFAULT = 64
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class Settings:
     window_s: float = WINDOW_S_DEFAULT
     cordon_after: int = CORDON_AFTER_DEFAULT
     clean_s: float = CLEAN_S_DEFAULT
+    events_per_card: int = EVENTS_PER_CARD_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,26 @@ def _clean_since(events: Iterable[Event], now: datetime, clean_s: float) -> bool
     """No counted event within the last ``clean_s`` (an event dated in the future counts as now)."""
     start = now - timedelta(seconds=clean_s)
     return not any(counts(e.severity) and e.at > start for e in events)
+
+
+def over_cap(new: Sequence[Event], stored: Mapping[int, int], cap: int) -> tuple[list[int], dict[int, list[int]]]:
+    """A report's new events split: those kept one by one, and per card those folded into its summary event.
+
+    Positions in ``new`` are returned. ``stored``: each card's events kept one by one within the look-back
+    already (a card not named: none). A card keeps at most ``cap`` one by one; its graver events first, so
+    a fatal one is folded only once the card is full, and the summary then carries it.
+    """
+    room = {gpu: max(0, cap - stored.get(gpu, 0)) for gpu in {e.gpu for e in new}}
+    kept: list[int] = []
+    folded: dict[int, list[int]] = {}
+    for i in sorted(range(len(new)), key=lambda i: (-new[i].severity, new[i].at, i)):
+        gpu = new[i].gpu
+        if room[gpu] > 0:
+            room[gpu] -= 1
+            kept.append(i)
+        else:
+            folded.setdefault(gpu, []).append(i)
+    return sorted(kept), folded
 
 
 def decide(

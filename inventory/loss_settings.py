@@ -46,4 +46,17 @@ def health_settings(env: dict[str, str] | None = None) -> A.Settings:
         window_s=number(env, "LLMGW_HEALTH_WINDOW_S", A.WINDOW_S_DEFAULT, low=1.0),
         cordon_after=_whole(env, "LLMGW_HEALTH_CORDON_AFTER", A.CORDON_AFTER_DEFAULT, 1),
         clean_s=number(env, "LLMGW_HEALTH_CLEAN_S", A.CLEAN_S_DEFAULT, low=0.0),
+        events_per_card=_whole(env, "LLMGW_HEALTH_EVENTS_PER_CARD", A.EVENTS_PER_CARD_DEFAULT, 1),
     )
+
+
+# A node's full reports are taken at most once in this many seconds (changed or not; LLMGW_REPORT_MIN_INTERVAL_S).
+# An agent reports every REPORT_INTERVAL_S and when discovery sees a change; one sending report after report
+# (a card in an Xid storm, a hostile agent) would have every one ingested. 0 takes every report.
+REPORT_MIN_INTERVAL_S_DEFAULT = 5.0
+
+
+def report_min_interval_s(env: dict[str, str] | None = None) -> float:
+    """How often a node's full reports are taken at most (agentapi.views.take_turn); 0: every one."""
+    env = dict(os.environ if env is None else env)
+    return number(env, "LLMGW_REPORT_MIN_INTERVAL_S", REPORT_MIN_INTERVAL_S_DEFAULT, low=0.0)

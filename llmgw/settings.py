@@ -125,6 +125,12 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Messages live in the session, never in a cookie of their own: the one that shows a secret just minted (an
+# API token, a gateway key, a join token) would send it back signed, not encrypted, in Set-Cookie, to every
+# proxy between an admin on plain HTTP and the browser
+# (tests/core/test_admin_secrets.py::test_a_minted_secret_is_shown_on_the_page_and_never_set_in_a_cookie).
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 LOGIN_URL = "admin:login"

@@ -16,11 +16,13 @@ health cordon a finding while it lasts.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count
 
 from core.models import AuditEntry
 from core.rowinsert import insert_rows
@@ -35,6 +37,9 @@ from inventory.writes.states import set_node_state
 log = logging.getLogger(__name__)
 ACTOR = HEALTH_ACTOR  # the audit rows ctl node lists (inventory.reads.nodes.health_actions)
 WHAT_CHARS = 300  # an event's words as stored; the driver's messages are a line
+# A card's summary of the events over its cap (health_actions.over_cap): one row a card, found by these words.
+SUMMARY = "Over the cap: "
+_SUMMARY = re.compile(r"^Over the cap: (\d+) more .*?; the gravest: (.*)$", re.S)
 
 
 def settings() -> A.Settings:
@@ -133,9 +138,10 @@ def review(
     with transaction.atomic(savepoint=False):
         # One review of a node at a time: two would both hold the same card.
         fresh = Node.objects.select_for_update().get(pk=node.pk)
+        keep_from = _keep_from(now, config)
         if entries is not None:
-            insert_rows(CardHealthEvent, new_events(node, entries, before, now))
-        CardHealthEvent.objects.filter(node=node, at__lt=_keep_from(now, config)).delete()
+            _store(node, new_events(node, entries, before, now), keep_from, config)
+        CardHealthEvent.objects.filter(node=node, at__lt=keep_from).delete()
         events = [_event_of(e) for e in CardHealthEvent.objects.filter(node=node)]
         cards = entries if entries is not None else [{"index": g.index, **card_facts(g)} for g in node.gpus.all()]
         showing = _showing(cards)
@@ -159,13 +165,60 @@ def review_new_node(node: Node, entries: list[Mapping[str, Any]], now: datetime)
     once), and the decision and its actions are review's.
     """
     config = settings()
-    keep_from = _keep_from(now, config)
-    kept = [e for e in new_events(node, entries, {}, now, stored=set()) if e.at >= keep_from]
-    insert_rows(CardHealthEvent, kept)
+    kept = _store(node, new_events(node, entries, {}, now, stored=set()), _keep_from(now, config), config, new=True)
     events = [_event_of(e) for e in sorted(kept, key=lambda e: e.at, reverse=True)]  # CardHealthEvent's order
     decision = A.decide(events, _showing(entries), set(), False, now, config)
     _apply(node, decision, {}, now)
     return decision
+
+
+def _store(
+    node: Node, events: list[CardHealthEvent], keep_from: datetime, config: A.Settings, new: bool = False
+) -> list[CardHealthEvent]:
+    """Store a report's new events, at most ``events_per_card`` a card one by one, the rest in its summary.
+
+    Events older than the rules look back are left out (they would be deleted at once). A folded event is
+    not stored, so the agent's next report lists it again: one dated at or before its card's summary is
+    taken as folded already (an Xid that reaches us late, and older than the summary, is not counted in it).
+    ``new``: the node was inserted in this transaction, so nothing of it is stored to read. Returns the rows
+    written, summaries included.
+    """
+    summaries: dict[int, CardHealthEvent] = {}
+    stored: dict[int, int] = {}
+    if not new:
+        mine = CardHealthEvent.objects.filter(node=node, at__gte=keep_from)
+        summaries = {e.gpu_index: e for e in mine.filter(what__startswith=SUMMARY)}
+        counted = mine.exclude(what__startswith=SUMMARY).values_list("gpu_index").annotate(n=Count("id"))
+        stored = dict(counted)
+    fresh = [
+        e for e in events if e.at >= keep_from and (e.gpu_index not in summaries or e.at > summaries[e.gpu_index].at)
+    ]
+    kept, folded = A.over_cap([_event_of(e) for e in fresh], stored, config.events_per_card)
+    rows = [fresh[i] for i in kept]
+    insert_rows(CardHealthEvent, rows)
+    for gpu, positions in folded.items():
+        rows.append(_fold(node, summaries.get(gpu), [fresh[i] for i in positions], config))
+    return rows
+
+
+def _fold(node: Node, summary: CardHealthEvent | None, events: list[CardHealthEvent], config: A.Settings):
+    """The card's summary row, written with ``events`` counted in: as grave as the gravest, dated as the latest."""
+    gravest = max(events, key=lambda e: (e.severity, e.at))
+    count, words, severity = len(events), gravest.what, gravest.severity
+    if summary is not None and (found := _SUMMARY.match(summary.what)):
+        count += int(found.group(1))
+        if summary.severity >= severity:
+            words, severity = found.group(2), summary.severity
+    look_back = max(config.window_s, config.clean_s)
+    what = (
+        f"{SUMMARY}{count} more problems of this card were not recorded one by one (at most "
+        f"{config.events_per_card} are kept a card within {look_back:.0f} s); the gravest: {words}"
+    )[:WHAT_CHARS]
+    row = summary or CardHealthEvent(node=node, gpu_index=events[0].gpu_index, xid=None)
+    row.what, row.severity = what, severity
+    row.at = max([e.at for e in events] + ([summary.at] if summary is not None else []))
+    row.save()
+    return row
 
 
 def _keep_from(now: datetime, config: A.Settings) -> datetime:

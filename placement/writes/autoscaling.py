@@ -27,6 +27,7 @@ from django.db.models import F
 from catalog.models import CapacityMeasurement, CatalogModel
 from core.config import ConfigError, number
 from core.models import AuditEntry
+from core.vanished import unless_gone
 from placement.models import Autoscale, Replica, ReplicaState, ScaleEvent
 from placement.scheduling.autoscale import HOLD, Decision, History, Policy, capacity_from, decide
 from placement.writes.load import FleetLoad, fleet
@@ -69,8 +70,12 @@ def policy(env: dict[str, str] | None = None) -> Policy:
     )
 
 
-def autoscale(now: datetime) -> Scaling:
-    """Decide every autoscaled model's count, record it, and return it for the scheduler."""
+def autoscale(now: datetime, vanished: list[str] | None = None) -> Scaling:
+    """Decide every autoscaled model's count, record it, and return it for the scheduler.
+
+    A model deleted while this runs is not recorded, and is named in ``vanished`` (``core.vanished``).
+    """
+    vanished = [] if vanished is None else vanished
     out = Scaling()
     if not enabled():
         return out
@@ -109,7 +114,8 @@ def autoscale(now: datetime) -> Scaling:
         )
         # Never decided before: what the model ran, at least its minimum (placing that is no scaling).
         before = row.desired if row is not None else min(max(live.get(m.pk, 0), m.min_replicas), m.max_replicas)
-        _record(m, row, d, before, capacity, live.get(m.pk, 0), out.load, now)
+        with unless_gone(f"autoscaling of {m.name}", vanished):
+            _record(m, row, d, before, capacity, live.get(m.pk, 0), out.load, now)
         if d.desired != before:
             out.changed.append(m.name)
         out.desired[m.name] = (d.desired, d.reason)

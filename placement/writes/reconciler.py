@@ -32,6 +32,10 @@
    changed, so running twice in a row writes nothing the second time.
 
 Safe to run twice: every step looks at what is, not at what happened.
+Rows may be deleted under a pass (a model removed, a profile dropped, a node
+forgotten): a replica, a shard or an explanation pointing at one is skipped
+and named in ``vanished`` (``core.vanished``), the rest of the pass is
+written, and the next pass plans from what is left.
 Never run in parallel with itself: the Celery task holds a lock around it.
 """
 
@@ -52,6 +56,7 @@ from django.utils import timezone
 from catalog.models import CatalogModel
 from core import tracing
 from core.models import AuditEntry
+from core.vanished import keys_checked_at_once, unless_gone
 from placement import signals
 from placement import snapshot as snap
 from placement.models import Demand, NodeLossMove, PlacementExplanation, Replica, ReplicaState, Shard
@@ -108,6 +113,8 @@ class Result:
     """Models whose desired count the autoscaler changed."""
     # Replicas on lost nodes left for a later pass by the move rate (reported, not written).
     waiting: list[str] = field(default_factory=list)
+    # Writes let go because a row they point at was deleted during the pass ("replica of m", "explanation of m").
+    vanished: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -124,7 +131,7 @@ def reconcile(now: datetime | None = None) -> Result:
     now = now or timezone.now()
     result = Result()
     with tracing.span("placement.reconcile") as span:
-        with transaction.atomic():
+        with transaction.atomic(), keys_checked_at_once():
             _stop_on_lost_nodes(now, result)
             _reap(result)
             _park(now, result)
@@ -141,7 +148,7 @@ def reconcile(now: datetime | None = None) -> Result:
 def _plan_and_write(now: datetime, result: Result) -> None:
     """Scale, plan against the fleet's snapshot, and write what the plan decided and explains."""
     with tracing.span("placement.reconcile.plan"):
-        scaling = autoscaling.autoscale(now)
+        scaling = autoscaling.autoscale(now, result.vanished)
         result.scaled = scaling.changed
         global _last_planned
         with _PLANNER_LOCK:
@@ -262,13 +269,15 @@ def _apply(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) ->
         _stop(r, now, stops[r.id])
         result.stopped.append(r.id)
     for new in decided.create:
-        result.created.append(_create(new, loaded, now, replaces=None))
+        with unless_gone(f"replica of {new.model}", result.vanished):
+            result.created.append(_create(new, loaded, now, replaces=None))
     for move in decided.replace:
-        rid = _create(move.new, loaded, now, replaces=move.old_replica_id)
-        result.replacing.append(rid)
-        AuditEntry.record(
-            ACTOR, "replace-replica", f"{move.new.model}#{move.old_replica_id}", {"by": rid, "reason": move.reason}
-        )
+        with unless_gone(f"replica of {move.new.model}", result.vanished):
+            rid = _create(move.new, loaded, now, replaces=move.old_replica_id)
+            AuditEntry.record(
+                ACTOR, "replace-replica", f"{move.new.model}#{move.old_replica_id}", {"by": rid, "reason": move.reason}
+            )
+            result.replacing.append(rid)
     result.stale = list(decided.stale)
 
 
@@ -331,10 +340,12 @@ def _explain(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) 
         old = current.get(model_id)
         if old is not None and (old.placed, old.rejections, old.stale) == (placed, rejections, stale):
             continue
-        PlacementExplanation.objects.update_or_create(
-            model_id=model_id, defaults={"computed_at": now, "placed": placed, "rejections": rejections, "stale": stale}
-        )
-        result.explained.append(name)
+        with unless_gone(f"explanation of {name}", result.vanished):
+            PlacementExplanation.objects.update_or_create(
+                model_id=model_id,
+                defaults={"computed_at": now, "placed": placed, "rejections": rejections, "stale": stale},
+            )
+            result.explained.append(name)
         if stale and (old is None or old.stale != stale):
             log.warning(
                 "%s: replicas %s were placed under an older profile definition", name, [s["replica"] for s in stale]
