@@ -53,7 +53,8 @@ def health_settings(env: dict[str, str] | None = None) -> A.Settings:
 # A node's full reports are taken at most once in this many seconds (changed or not; LLMGW_REPORT_MIN_INTERVAL_S).
 # An agent reports every REPORT_INTERVAL_S and when discovery sees a change; one sending report after report
 # (a card in an Xid storm, a hostile agent) would have every one ingested. 0 takes every report.
-REPORT_MIN_INTERVAL_S_DEFAULT = 5.0
+# One second: a change discovery sees is at most a second (and the agent's jitter) late on the live pages.
+REPORT_MIN_INTERVAL_S_DEFAULT = 1.0
 
 
 def report_min_interval_s(env: dict[str, str] | None = None) -> float:
