@@ -19,6 +19,10 @@ class GatewayConf:
     cold_start_timeout_s: float
     """How long a request for a model scaled to zero waits for its first replica."""
     cold_keepalive_s: float
+    cold_wait_per_key: int
+    """The most requests one key may hold waiting for a cold start (gateway.coldwait.Waiters); more get 429."""
+    cold_wait_per_team: int
+    """The same bound over every key of one team."""
     """How often a streaming request waiting for a cold start gets an SSE comment (the first after as long)."""
     max_body_bytes: int
     """Larger request bodies are refused with 413 before anything else is done."""
@@ -54,6 +58,8 @@ def load(env: dict[str, str] | None = None) -> GatewayConf:
     return GatewayConf(
         cold_start_timeout_s=_number(env, "LLMGW_COLD_START_TIMEOUT_S", 300.0),
         cold_keepalive_s=_number(env, "LLMGW_COLD_KEEPALIVE_S", 5.0, minimum=0.05),
+        cold_wait_per_key=int(_number(env, "LLMGW_COLD_WAIT_PER_KEY", 4, minimum=1)),
+        cold_wait_per_team=int(_number(env, "LLMGW_COLD_WAIT_PER_TEAM", 16, minimum=1)),
         max_body_bytes=int(_number(env, "LLMGW_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)),
         upstream_connect_timeout_s=_number(env, "LLMGW_UPSTREAM_CONNECT_TIMEOUT_S", 5.0, minimum=0.1),
         upstream_read_timeout_s=_number(env, "LLMGW_UPSTREAM_READ_TIMEOUT_S", 600.0, minimum=1.0),

@@ -11,7 +11,10 @@
    affinity; a replica that fails before answering is passed over for the
    next; then the fallbacks in order. A model scaled to zero is asked for
    (``placement.writes.demand.request_replica``) and waited for, up to
-   LLMGW_COLD_START_TIMEOUT_S; a streaming request is kept alive meanwhile
+   LLMGW_COLD_START_TIMEOUT_S, by a request that holds one of its key's and
+   team's waiting places (``coldwait.Waiters``: LLMGW_COLD_WAIT_PER_KEY and
+   _PER_TEAM; past them, 429 and no start asked for) and the reservation of
+   the model it waits for; a streaming request is kept alive meanwhile
    with SSE comments saying where the start stands, and one that cannot be
    served in time gets 503 with ``Retry-After`` from the start's estimate
    (gateway.coldwait says when each happens).
@@ -58,6 +61,8 @@ AS_CHAT = {"messages": anthropic.to_chat, "responses": responses.to_chat}
 # How often one model may be asked for again while it is starting.
 DEMAND_EVERY_S = 1.0
 COLD_POLL_S = 0.5
+# How long past LLMGW_COLD_START_TIMEOUT_S a waiting place held in Redis outlives a process that died holding it.
+WAIT_LAPSE_S = 60.0
 # How long one read of a model's start serves every request waiting for it.
 START_STATUS_TTL_S = 1.0
 
@@ -159,6 +164,9 @@ class Gateway:
         self.load = LoadMeter()
         self.load_publisher = Publisher(self.load, self.run_db, redis)
         self.background: set[asyncio.Task] = set()
+        # A waiting place lapses this long after the wait's own bound, should its process die holding it.
+        lapse = self.conf.cold_start_timeout_s + WAIT_LAPSE_S
+        self.waiters = coldwait.Waiters(self.conf.cold_wait_per_key, self.conf.cold_wait_per_team, lapse, redis)
         self._demanded: dict[str, float] = {}
         self._starts: dict[int, tuple[float, dict | None]] = {}
 
@@ -364,41 +372,72 @@ class Gateway:
         if not snapshot.replicas.get(entry.id):
             # A replica marked ready since the last read is served now, not a second later.
             snapshot = await self.directory.refresh(newer_than=ticket.started)
+        slot = None
         if entry.on_demand and not snapshot.replicas.get(entry.id):
-            await self._demand(entry)
+            # Only a request with a place among its key's and team's waiting ones asks for a start.
+            slot = await self.waiters.take(ticket.caller, entry.name)
+            if slot.refused is None:
+                await self._demand(entry)
         tried: set[str] = set()
         failures: list[str] = []
         # A fallback the key may not use is skipped, and never named to it.
         fallbacks = [snapshot.models[n] for n in entry.fallbacks if n in snapshot.models]
         fallbacks = [m for m in fallbacks if rules.hop_allowed(ticket.caller, m.name, m.aliases)]
-        chain = [entry, *fallbacks]
-        for model in chain:
-            if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
-                return
-        if entry.on_demand:
-            cold = coldwait.ColdStream(ticket.endpoint, entry.name, send) if ticket.stream else None
-            self.load.wait(entry.serving)
-            try:
-                with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
-                    snapshot = await self._wait_for_replica(entry, ticket.started, cold)
-                relay = cold.send if cold is not None and cold.committed else send
-            except errors.Refused as refusal:
-                if cold is not None and cold.committed:
-                    await cold.fail(refusal)
-                raise
-            finally:
-                self.load.waited(entry.serving)
-            try:
-                if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, relay):
-                    if cold is not None and cold.committed and not cold.ended:
-                        await cold.fail(errors.upstream_failed("the engine's answer ended without its end"))
+        try:
+            for model in [entry, *fallbacks]:
+                if await self._try_model(ticket, model, snapshot, body, prefix, tried, failures, send):
                     return
-                self._no_replica(entry, fallbacks, failures)
-            except errors.Refused as refusal:
-                if cold is not None and cold.committed:
-                    await cold.fail(refusal)
-                raise
+            if entry.on_demand:
+                slot = slot or await self.waiters.take(ticket.caller, entry.name)
+                await self._serve_cold(ticket, entry, fallbacks, body, prefix, (tried, failures), slot, send)
+                return
+        finally:
+            self._give_back(slot)
         self._no_replica(entry, fallbacks, failures)
+
+    async def _serve_cold(self, ticket, entry, fallbacks, body, prefix, attempts, slot, send) -> None:
+        """Wait for ``entry``'s start holding ``slot``, then serve it; raises why it could not be served.
+
+        Only a request that may wait, and that holds the reservation of the
+        model it waits for, is counted as waiting (the autoscaler's demand):
+        one past its key's or team's cap is refused here, and a fallback tried
+        before may have moved the reservation to its own price.
+        """
+        tried, failures = attempts
+        if slot.refused is not None:
+            raise slot.refused
+        await self._hold(ticket, entry)
+        cold = coldwait.ColdStream(ticket.endpoint, entry.name, send) if ticket.stream else None
+        self.load.wait(entry.serving)
+        try:
+            with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
+                snapshot = await self._wait_for_replica(entry, ticket.started, cold)
+            relay = cold.send if cold is not None and cold.committed else send
+        except errors.Refused as refusal:
+            if cold is not None and cold.committed:
+                await cold.fail(refusal)
+            raise
+        finally:
+            self.load.waited(entry.serving)
+            self._give_back(slot)
+        try:
+            if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, relay):
+                if cold is not None and cold.committed and not cold.ended:
+                    await cold.fail(errors.upstream_failed("the engine's answer ended without its end"))
+                return
+            self._no_replica(entry, fallbacks, failures)
+        except errors.Refused as refusal:
+            if cold is not None and cold.committed:
+                await cold.fail(refusal)
+            raise
+
+    def _give_back(self, slot: coldwait.Slot | None) -> None:
+        """Give a waiting place back: at once in this process, in Redis as background work ``close`` waits for."""
+        call = self.waiters.release(slot)
+        if call is not None:
+            task = asyncio.ensure_future(call)
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
 
     @staticmethod
     def _no_replica(entry: ModelEntry, fallbacks: list[ModelEntry], failures: list[str]) -> None:

@@ -174,6 +174,12 @@ class PlacementExplanation(models.Model):
         blank=True,
         help_text="Replicas placed under a profile definition that has changed since: reported, not restarted.",
     )
+    start_timeouts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[{replica, nodes, at, waited_s, deadline_s, reason}]: the latest replicas failed for not "
+        "becoming ready by their start deadline, newest first (placement/writes/startdeadlines.py).",
+    )
 
     class Meta:
         ordering = ["model__name"]
@@ -316,6 +322,9 @@ class ColdStart(models.Model):
     fetch_s = models.FloatField()
     load_s = models.FloatField()
     weights_local = models.BooleanField(help_text="The weights were on the node already: nothing was downloaded.")
+    fetch_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Bytes the fetch brought, as the agent last said; NULL: it did not say."
+    )
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

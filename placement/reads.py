@@ -390,6 +390,8 @@ def explain(model: CatalogModel) -> dict[str, Any]:
     view["computed_at"] = explanation.computed_at.isoformat()
     view["satisfied"] = explanation.placed
     view["rejections"] = [_rejection(r) for r in explanation.rejections or [] if isinstance(r, dict)]
+    if explanation.start_timeouts:
+        view["start_timeouts"] = list(explanation.start_timeouts)
     if explanation.placed and not view["rejections"]:
         view["note"] = "The model has as many replicas as it wants: nothing to explain."
     return view

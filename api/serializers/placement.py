@@ -85,6 +85,15 @@ class AutoscaleSerializer(s.Serializer):
     history = ScaleEventSerializer(many=True, required=False, help_text="The latest changes, newest first.")
 
 
+class StartTimeoutSerializer(s.Serializer):
+    replica = s.CharField()
+    nodes = s.ListField(child=s.CharField())
+    at = s.DateTimeField(help_text="When the reconciler failed it.")
+    waited_s = s.IntegerField(help_text="Seconds since it was placed, then.")
+    deadline_s = s.IntegerField()
+    reason = s.CharField(help_text="The deadline and what it followed, in a sentence.")
+
+
 class ExplainSerializer(s.Serializer):
     model = s.CharField()
     placed = s.BooleanField(help_text="The model has replicas serving or on their way.")
@@ -93,6 +102,11 @@ class ExplainSerializer(s.Serializer):
     computed_at = s.DateTimeField(required=False, help_text="Absent: the reconciler has not looked at it yet.")
     note = s.CharField(required=False)
     autoscale = AutoscaleSerializer(required=False, help_text="Absent: not autoscaled (max = min), or not yet decided.")
+    start_timeouts = StartTimeoutSerializer(
+        many=True,
+        required=False,
+        help_text="The latest replicas failed for not being ready by their start deadline, newest first; absent: none.",
+    )
 
 
 class WhatIfTargetSerializer(s.Serializer):

@@ -165,6 +165,8 @@ def explain(client: Client, console: Console, args) -> object:
         console.print(f"  {r['profile']}{' ' + where if where else ''}: {r['reason']}{many}")
     if view.get("autoscale"):
         _explain_autoscale(console, view["autoscale"])
+    for t in view.get("start_timeouts", []):
+        console.print(f"  start timed out, {t['at'][:19]}: {t['reason']}")
     if view.get("note"):
         console.print(view["note"])
     return None

@@ -14,9 +14,12 @@
 2. Stopping replicas are deleted once every node they ran on has sent a
    heartbeat since the stop that no longer lists them (or is lost): only
    then are their GPUs really free.
-3. Models whose replicas failed at every start ``LLMGW_PARK_AFTER`` times in
-   a row are parked with the last error, until an operator scales or
-   unparks them.
+3. Replicas not ready past their start deadline are failed
+   (``placement.writes.startdeadlines``: the deadline follows the model's
+   size and the nodes' measured download rates), each a failed start; the
+   plan below stops them and places others. Then models whose replicas
+   failed at every start ``LLMGW_PARK_AFTER`` times in a row are parked
+   with the last error, until an operator scales or unparks them.
 4. Models with ``max > min`` get their desired count from the fleet's load
    (``placement.writes.autoscaling``: each decision recorded with its reason).
    A snapshot of the fleet, the catalog and the replicas is loaded and the
@@ -63,7 +66,7 @@ from placement.models import Demand, NodeLossMove, PlacementExplanation, Replica
 from placement.moves import moves_per_minute
 from placement.scheduler import NewReplica, Plan, Planner
 from placement.scheduling.failures import MINUTE, Waiting, admit
-from placement.writes import autoscaling
+from placement.writes import autoscaling, startdeadlines
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -107,6 +110,8 @@ class Result:
     lost: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     parked: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    """Replicas failed for not being ready by their start deadline."""
     stale: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)
     scaled: list[str] = field(default_factory=list)
@@ -119,7 +124,16 @@ class Result:
     @property
     def changed(self) -> bool:
         """Whether anything was written (stale replicas are only reported)."""
-        written = (self.created, self.replacing, self.stopped, self.lost, self.reaped, self.parked, self.explained)
+        written = (
+            self.created,
+            self.replacing,
+            self.stopped,
+            self.lost,
+            self.reaped,
+            self.timed_out,
+            self.parked,
+            self.explained,
+        )
         return any(written) or bool(self.scaled)
 
     def summary(self) -> dict:
@@ -134,6 +148,7 @@ def reconcile(now: datetime | None = None) -> Result:
         with transaction.atomic(), keys_checked_at_once():
             _stop_on_lost_nodes(now, result)
             _reap(result)
+            result.timed_out = startdeadlines.fail_overdue(now)
             _park(now, result)
             # A catalog with no model has nothing to place, scale or explain (and, replicas going with their
             # model, nothing placed): the fleet's snapshot, a second's work at 10,000 nodes, is not read.

@@ -145,7 +145,18 @@ def phases_of(entry: dict) -> dict:
     return out
 
 
-def _record_start(shard: Shard, phases: dict) -> None:
+def _fetched_bytes(shard: Shard, entry: dict) -> int | None:
+    """The bytes the shard's fetch brought, by its ready report or its last one before; None: never said.
+
+    A node's download rate is measured from these (placement/writes/startdeadlines.py).
+    """
+    fetch = entry.get("fetch")
+    done = fetch.get("bytes_done") if isinstance(fetch, dict) else None
+    done = done if _count(done) else shard.fetch_done
+    return done or None
+
+
+def _record_start(shard: Shard, phases: dict, fetch_bytes: int | None = None) -> None:
     """The shard's start, measured: one row per shard, and only the newest ``ColdStart.KEEP`` per node."""
     if "fetch_s" not in phases or "load_s" not in phases:
         return  # an older agent, or one that does not time its starts
@@ -160,6 +171,7 @@ def _record_start(shard: Shard, phases: dict) -> None:
                 fetch_s=phases["fetch_s"],
                 load_s=phases["load_s"],
                 weights_local=bool(phases.get("weights_local", False)),
+                fetch_bytes=fetch_bytes,
             )
         ],
         ignore_conflicts=True,
@@ -192,7 +204,7 @@ def _update_shard(shard: Shard, entry: dict) -> bool:
     if phases and phases != shard.phases:
         fields["phases"] = phases
     if fields.get("state") == ShardState.READY:
-        _record_start(shard, phases)
+        _record_start(shard, phases, _fetched_bytes(shard, entry))
     error = shard_error(entry) if state == ShardState.FAILED else ""
     if error != shard.error:
         fields["error"] = error

@@ -155,6 +155,19 @@ def test_scale_add_remove_and_explain(ctl, fleet, tmp_path):
     assert code == 1 and "could not be read" in err
 
 
+def test_explain_says_a_replica_failed_to_start_in_time_and_was_placed_again(ctl, fleet):
+    """The fixture's replica fetches and never becomes ready: past the floor (1800 s) the reconciler fails it."""
+    reconcile(now=fleet.created_at + timedelta(seconds=1801))
+    code, out, _ = ctl("explain", "llama")
+    out = " ".join(out.split())
+    assert code == 0, out
+    assert "start timed out, " in out
+    assert f"replica {fleet.id} on hgx-000 was not ready 1801 s after it was placed" in out
+    assert "raised to the floor of 1800 s); failed by the control plane, so that another is placed" in out
+    (told,) = json.loads(ctl("explain", "llama", "--json")[1])["start_timeouts"]
+    assert told["replica"] == fleet.id and told["deadline_s"] == 1800
+
+
 def test_logs_nvlink_fabrics_topology(ctl, fleet):
     Node.objects.filter(name="hgx-000").update(shard_status=[{"id": "r-0", "log_tail": ["[INFO] ready"]}])
     code, out, _ = ctl("logs", "hgx-000")

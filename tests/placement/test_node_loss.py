@@ -274,7 +274,9 @@ def test_two_control_hosts_reconciling_at_once_never_move_more_than_the_rate(mon
     assert [m.nodes for m in moves] == [[victims[0]], [victims[1]]]
 
 
-def test_a_node_back_from_a_silence_takes_no_new_replica_until_the_window_passes_and_has_a_finding():
+def test_a_node_back_from_a_silence_takes_no_new_replica_until_the_window_passes_and_has_a_finding(monkeypatch):
+    # No replica here is ever reported ready: the start deadline (30 min at least) would fail them in the flap window.
+    monkeypatch.setenv("LLMGW_START_DEADLINE_FLOOR_S", "86400")
     names = sorted(fleet("h100-hgx:2"))
     model("m", H100, min_replicas=1, max_replicas=1)
     clock = Clock()
