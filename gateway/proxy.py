@@ -732,7 +732,8 @@ class Gateway:
 
 def _parse(raw: bytes, endpoint: str) -> dict:
     try:
-        body = jsonbody.loads(raw)
+        # Unicode only: a lone surrogate could be neither forwarded, nor logged, nor stored (a 500 before).
+        body = jsonbody.loads(raw, unicode_only=True)
     except jsonbody.BodyError as exc:
         raise errors.bad_request(str(exc), "invalid_json") from None
     if not isinstance(body, dict):
