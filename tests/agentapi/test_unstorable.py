@@ -200,4 +200,6 @@ def test_a_bad_key_at_any_depth_of_a_report_is_a_400_on_every_lane(client, join,
     registration = raw({"name": "tray-09", "machine_id": "m-9", "report": with_bad_key(at, key, beneath, wrappers)})
     refused_with_words(post(client, "register", None, join, raw=registration))
     refused_with_words(asgi(HEARTBEAT, node, raw=raw({"load": with_bad_key(at, key, beneath, wrappers)[at]})))
+    scan = raw({"fabric": "ib-0", "output": "x", "extra": with_bad_key(at, key, beneath, wrappers)[at]})
+    refused_with_words(post(client, "scan", None, node, raw=scan))
     assert snapshot() == before
