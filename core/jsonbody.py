@@ -8,6 +8,11 @@ body nested deeper than ``MAX_DEPTH`` is refused as such. No real request —
 an OpenAI body with tools and JSON-schema parameters, an agent's report —
 comes near that depth.
 
+A caller whose body goes on as text (the gateway's, to an engine) asks for
+``unicode_only``: a lone surrogate's escape (``"\\ud800"``), which JSON may
+spell and Python's reader takes, is then refused too, with where it is;
+such text cannot be encoded, so it would fail wherever it went next.
+
 Pure: no Django, no I/O. Every caller turns ``BodyError`` into its own 400.
 """
 
@@ -17,6 +22,8 @@ import json
 from typing import Any
 
 import orjson
+
+from core import storable
 
 # Deep enough for any JSON schema a client puts in a tool definition (those nest a
 # few levels per property), shallow enough that a recursive walker over the result
@@ -28,14 +35,17 @@ class BodyError(ValueError):
     """The body is not JSON we accept; the message is a sentence for the caller."""
 
 
-def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
-    """Decode ``raw`` as JSON, refusing invalid UTF-8, invalid JSON and nesting deeper than ``max_depth``."""
+def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH, unicode_only: bool = False) -> Any:
+    """Decode ``raw`` as JSON, refusing invalid UTF-8, invalid JSON and nesting deeper than ``max_depth``.
+
+    ``unicode_only``: refuse a lone surrogate too, in any key or value.
+    """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
     except UnicodeDecodeError as exc:
         raise BodyError(f"the body is not UTF-8 (byte {exc.start}).") from None
     value = _read_fast(text, raw if isinstance(raw, bytes | bytearray) else text.encode("utf-8", "surrogatepass"))
-    if value is _NOT_READ:
+    if read_by_json := value is _NOT_READ:
         try:
             value = json.loads(text)
         except RecursionError:
@@ -44,7 +54,20 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
             raise BodyError(f"the body is not valid JSON: {exc}.") from None
     if _might_be_deep(text, max_depth) and depth(value, max_depth) > max_depth:
         raise BodyError(f"the body is JSON nested deeper than {max_depth} levels.")
+    if unicode_only and read_by_json:
+        # Only json's reader lets a lone surrogate through (orjson refuses it), so only its bodies are walked.
+        _refuse_lone_surrogates(value)
     return value
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    for problem in storable.problems(value, "body"):
+        if problem.kind == storable.SURROGATE:
+            where = f"a key of {problem.path}" if problem.key else problem.path
+            raise BodyError(
+                f"the body holds a lone surrogate (an unpaired \\ud800-\\udfff escape) in {where}; "
+                "JSON text must be Unicode: send the character itself, or both halves of its pair."
+            )
 
 
 _NOT_READ = object()

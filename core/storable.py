@@ -73,9 +73,19 @@ def problems(value: Any, where: str, *, fast: bool = True) -> Iterator[Problem]:
                 kind = text_problem(key) if isinstance(key, str) else None
                 if kind:
                     yield Problem(path, kind, key, key=True)
-                stack.append((child, f"{path}.{key}"))
+                stack.append((child, f"{path}.{_escaped(key) if kind else key}"))
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+
+
+def _escaped(key: str) -> str:
+    """A key that cannot be stored, as it is named in the path beneath it: by its escape (``b\\ud800``).
+
+    The path is quoted in a refusal that is itself stored (a node's
+    ``report_error``) or written by orjson (the heartbeat lane), neither of
+    which can hold the character itself.
+    """
+    return repr(key)[1:-1]
 
 
 def plainly_storable(value: Any) -> bool:

@@ -41,7 +41,20 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from core import jsonbody, tracing
-from gateway import admission, anthropic, coldwait, conf, errors, responses, router, rules, shapes, tokens, upstream
+from gateway import (
+    admission,
+    anthropic,
+    coldwait,
+    conf,
+    errors,
+    fields,
+    responses,
+    router,
+    rules,
+    shapes,
+    tokens,
+    upstream,
+)
 from gateway import tracing as gateway_tracing
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.load import LoadMeter, Publisher
@@ -466,7 +479,7 @@ class Gateway:
         await self._hold(ticket, model)
         # It names the adapter upstream (the name its engine serves it under), and goes first to the
         # replicas that hold it without cost, llama.cpp's last (each switch there reloads the model).
-        payloads: dict[str, bytes] = {}
+        payloads: dict[tuple[str, str], bytes] = {}
         preferred = {r.id for r in replicas.values() if not (model.base and r.switch_reloads)}
         reloading = set(replicas) - preferred
         while True:
@@ -487,13 +500,16 @@ class Gateway:
             self.load.enter(model.serving)
             try:
                 upstream_name = replica.upstream_name(model)
-                if upstream_name not in payloads:
-                    payloads[upstream_name] = _upstream_body(body, upstream_name, ticket.stream, ticket.endpoint)
-                path, payload = _upstream_path(ticket, replica), payloads[upstream_name]
+                # What each kind of engine is sent differs (gateway.fields), so a body is made per name and kind.
+                made_for = (upstream_name, replica.engine)
+                if made_for not in payloads:
+                    payloads[made_for] = _upstream_body(body, upstream_name, ticket, replica.engine)
+                path, payload = _upstream_path(ticket, replica), payloads[made_for]
                 data = payload
                 if path != "chat/completions" and ticket.original is not None:
                     # The client's own body for an engine that speaks its protocol, with the engine's name.
-                    data = json.dumps({**ticket.original, "model": upstream_name}).encode()
+                    native = fields.forwarded(ticket.original, path, replica.engine)
+                    data = json.dumps({**native, "model": upstream_name}).encode()
                 url = f"{replica.endpoint}/v1/{path}"
                 with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
                     response = await self._open(replica, url, data, failures, exchange.headers())
@@ -771,7 +787,8 @@ class Gateway:
 
 def _parse(raw: bytes, endpoint: str) -> dict:
     try:
-        body = jsonbody.loads(raw)
+        # Unicode only: a lone surrogate could be neither forwarded, nor logged, nor stored (a 500 before).
+        body = jsonbody.loads(raw, unicode_only=True)
     except jsonbody.BodyError as exc:
         raise errors.bad_request(str(exc), "invalid_json") from None
     if not isinstance(body, dict):
@@ -779,17 +796,20 @@ def _parse(raw: bytes, endpoint: str) -> dict:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise errors.bad_request("the request names no model: send {'model': 'NAME', …}", "model_missing")
     # Before anything is reserved: a body no engine would serve costs nothing (gateway/shapes.py).
-    wrong = shapes.problem(endpoint, body)
+    wrong = shapes.problem(endpoint, body) or fields.adapter_problem(body)
     if wrong:
         raise errors.bad_request(wrong, "invalid_request")
     return body
 
 
-def _upstream_body(body: dict, model: str, stream: bool, endpoint: str) -> bytes:
-    """The body for the engine: the model's own name, and usage asked for on streams."""
-    out = dict(body)
+def _upstream_body(body: dict, model: str, ticket: Ticket, engine: str) -> bytes:
+    """The body for an engine of kind ``engine``: the fields it may be sent (gateway.fields), the model's own
+    name, and usage asked for on streams. ``body`` is a chat request where the client spoke a protocol served
+    as chat (``AS_CHAT``)."""
+    endpoint = "chat/completions" if ticket.original is not None else ticket.endpoint
+    out = fields.forwarded(body, endpoint, engine)
     out["model"] = model
-    if stream and endpoint != "embeddings":
+    if ticket.stream and endpoint != "embeddings":
         given = out.get("stream_options")
         options = dict(given) if isinstance(given, dict) else {}
         if not options.get("include_usage"):

@@ -11,7 +11,10 @@ import copy
 import json
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from core import storable
 from inventory.models import Node
 from inventory.writes.heartbeats import desk
 from tests.agentapi.agenthttp import HEARTBEAT, asgi, heartbeat, post, register, snapshot
@@ -153,3 +156,50 @@ def test_a_refused_report_is_kept_on_the_node_until_one_is_taken_and_heartbeats_
     assert heartbeat(node, {}).status_code == 200
     assert post(client, "report", report(), node).status_code == 200
     assert Node.objects.get().report_error == "" and "report_error" not in node_detail("tray-01")
+
+
+# A key no column can hold (a lone surrogate, a NUL), put at any depth of any part of a report, with anything
+# beneath it, bad values and bad keys included: the refusal's words quote the path down to each problem.
+BAD_TEXT = st.sampled_from(["\ud800", "x\udfff", "\udc80y", "a\x00"])
+TEXT = st.one_of(st.text(max_size=4), BAD_TEXT)
+BENEATH = st.recursive(
+    st.one_of(st.none(), st.integers(), TEXT),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(TEXT, children, max_size=3)),
+    max_leaves=8,
+)
+AT = st.sampled_from(["load", "engines", "host", "disks", "fabrics", "problems", "gpus", "not_a_field"])
+WRAPPERS = st.lists(st.one_of(st.text(max_size=3), st.just(None)), max_size=3)
+
+
+def with_bad_key(at: str, key: str, beneath, wrappers: list) -> dict:
+    value = {key: beneath}
+    for wrapper in wrappers:
+        value = [value] if wrapper is None else {wrapper: value}
+    return report(**{at: value})
+
+
+def refused_with_words(answer) -> str:
+    assert answer.status_code == 400, answer.content
+    words = answer.json()["error"]
+    assert storable.text_problem(words) is None
+    assert "lone surrogate" in words or "NUL" in words
+    return words
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=AT, key=BAD_TEXT, beneath=BENEATH, wrappers=WRAPPERS)
+@example(at="load", key="\ud800", beneath={"x": "\x00"}, wrappers=[])
+@example(at="engines", key="\ud800", beneath={"\udfff": ["\ud800"]}, wrappers=["a", None])
+def test_a_bad_key_at_any_depth_of_a_report_is_a_400_on_every_lane(client, join, node, at, key, beneath, wrappers):
+    body = raw(with_bad_key(at, key, beneath, wrappers))
+    before = snapshot()
+    words = refused_with_words(post(client, "report", None, node, raw=body))
+    kept = Node.objects.get(name="tray-01").report_error  # kept, as long as its column takes
+    assert kept and words.startswith(kept)
+    refused_with_words(asgi("/api/v1/agent/report", node, raw=body))
+    registration = raw({"name": "tray-09", "machine_id": "m-9", "report": with_bad_key(at, key, beneath, wrappers)})
+    refused_with_words(post(client, "register", None, join, raw=registration))
+    refused_with_words(asgi(HEARTBEAT, node, raw=raw({"load": with_bad_key(at, key, beneath, wrappers)[at]})))
+    scan = raw({"fabric": "ib-0", "output": "x", "extra": with_bad_key(at, key, beneath, wrappers)[at]})
+    refused_with_words(post(client, "scan", None, node, raw=scan))
+    assert snapshot() == before

@@ -47,3 +47,19 @@ def test_a_deep_value_is_walked_without_recursion():
     for _ in range(100_000):
         deep = [deep]
     assert [p.kind for p in storable.problems(deep, "doc")] == [storable.NUL]
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents)
+def test_every_path_a_problem_names_can_itself_be_stored(value):
+    # A refusal quotes the path: a key holding a NUL or a lone surrogate, with a problem beneath it, must not
+    # carry that character into the words (a node's report_error column, a JSON answer orjson writes).
+    for problem in storable.problems(value, "doc"):
+        assert storable.text_problem(problem.path) is None, problem
+        assert problem.path.encode("utf-8")
+
+
+def test_a_bad_key_is_named_in_the_path_beneath_it_by_its_escape():
+    found = list(storable.problems({"b\ud800": {"c\x00": "\x00"}}, "doc"))
+    paths = sorted(p.path for p in found)
+    assert paths == ["doc", "doc.b\\ud800", "doc.b\\ud800.c\\x00"]

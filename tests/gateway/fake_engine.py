@@ -79,6 +79,8 @@ class Stats:
     completed: int = 0
     cancelled: int = 0
     bodies: list = field(default_factory=list)
+    paths: list = field(default_factory=list)
+    """The path each of ``bodies`` was sent to (``/v1/messages``, …), in the same order."""
     keep_bodies: bool = True
     headers: list = field(default_factory=list)
     """Each request's headers (lower-cased names), kept with the bodies: a test reads what the gateway sent."""
@@ -178,6 +180,7 @@ class FakeEngine:
         body = json.loads(raw)
         if self.stats.keep_bodies:
             self.stats.bodies.append(body)
+            self.stats.paths.append(path)
         if b.lora and body.get("model") not in (b.name, *self.adapters):
             message = f"The model `{body.get('model')}` does not exist."
             return self._json(writer, 404, {"object": "error", "message": message, "type": "NotFoundError"})

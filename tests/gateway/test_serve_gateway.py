@@ -205,6 +205,28 @@ def test_budgets_allowed_models_and_rate_limits_answer_the_anthropic_client_in_i
     )
 
 
+def test_a_lone_surrogate_is_a_400_in_each_protocols_shape_through_llmgw_serve(server, engines):
+    engine = engines()
+    replica(model("llama"), engine.url)
+    secret = key()
+    bodies = {
+        "chat/completions": '{"model": "llama", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        "completions": '{"model": "llama", "prompt": "hi", "\\udfff": 1}',
+        "embeddings": '{"model": "llama", "input": ["ok", "\\ud83d"]}',
+        "messages": '{"model": "llama", "max_tokens": 5, "messages": [{"role": "user", "content": "\\ud800"}]}',
+        "responses": '{"model": "\\ud800", "input": "hi"}',
+    }
+    for endpoint, raw in bodies.items():
+        for headers in ({}, {"Authorization": f"Bearer {secret}"}):
+            answer = httpx.post(f"http://{server.gateway}/v1/{endpoint}", content=raw.encode(), headers=headers)
+            assert answer.status_code == 400, (endpoint, answer.text)
+            error = answer.json()["error"]
+            assert error["type"] == "invalid_request_error" and "lone surrogate" in error["message"]
+            if endpoint == "messages":
+                assert answer.json()["type"] == "error"
+    assert engine.stats.requests == 0 and not UsageRecord.objects.exists()
+
+
 def test_the_openai_client_asks_for_responses_through_llmgw_serve_plain_and_streaming(server, engines):
     engine = engines(tokens=4, lockstep=True)
     replica(model("llama"), engine.url)
