@@ -118,6 +118,9 @@ class Ticket:
     """(budget id, micros) held on each budget over the key: the same micros on each."""
     bounds: tuple[int, int] = (0, 0)
     """The most prompt and completion tokens this request can cost, whichever model serves it."""
+    per_choice: int = 0
+    """The most tokens one choice may have: sent to the engine in every field it may read a length from
+    (``tokens.bounded``), so that it cannot generate past ``bounds``."""
     holding: asyncio.Future | None = None
     """A hop's re-admission still under way when the client left: recorded once it has landed."""
     drop_usage_chunk: bool = False
@@ -267,7 +270,8 @@ class Gateway:
                 raise errors.unknown_model(name)
         stream = bool(body.get("stream")) and endpoint != "embeddings"
         prompt = tokens.prompt_of(body)
-        bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, self.conf.default_completion_tokens))
+        default = self.conf.default_completion_tokens
+        bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, default))
         estimate = self._estimate(entry, bounds)
         admission_task = asyncio.ensure_future(
             self.admit(
@@ -292,6 +296,7 @@ class Gateway:
         if admitted.caller is None:
             raise admitted.refused
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
+        ticket.per_choice = tokens.per_choice(body, endpoint, default)
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
         ticket.original = original
@@ -449,12 +454,15 @@ class Gateway:
             try:
                 upstream_name = replica.upstream_name(model)
                 if upstream_name not in payloads:
-                    payloads[upstream_name] = _upstream_body(body, upstream_name, ticket.stream, ticket.endpoint)
+                    payloads[upstream_name] = _upstream_body(
+                        body, upstream_name, ticket.stream, ticket.endpoint, ticket.per_choice
+                    )
                 path, payload = _upstream_path(ticket, replica), payloads[upstream_name]
                 data = payload
                 if path != "chat/completions" and ticket.original is not None:
                     # The client's own body for an engine that speaks its protocol, with the engine's name.
-                    data = json.dumps({**ticket.original, "model": upstream_name}).encode()
+                    native = tokens.bounded({**ticket.original, "model": upstream_name}, path, ticket.per_choice)
+                    data = json.dumps(native).encode()
                 url = f"{replica.endpoint}/v1/{path}"
                 with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
                     response = await self._open(replica, url, data, failures, exchange.headers())
@@ -746,9 +754,10 @@ def _parse(raw: bytes, endpoint: str) -> dict:
     return body
 
 
-def _upstream_body(body: dict, model: str, stream: bool, endpoint: str) -> bytes:
-    """The body for the engine: the model's own name, and usage asked for on streams."""
-    out = dict(body)
+def _upstream_body(body: dict, model: str, stream: bool, endpoint: str, per_choice: int) -> bytes:
+    """The body for the engine: the model's own name, one length bound (``tokens.bounded``), and usage asked
+    for on streams."""
+    out = tokens.bounded(body, "chat/completions" if endpoint in AS_CHAT else endpoint, per_choice)
     out["model"] = model
     if stream and endpoint != "embeddings":
         given = out.get("stream_options")
