@@ -711,6 +711,16 @@ class Gateway:
                     prompt = min(tokens.estimate(ticket.prompt), MAX_TOKENS)
         else:
             prompt, completion = usage
+        reported = (prompt, completion)
+        (prompt, completion), clamped = tokens.within(reported, ticket.bounds)
+        if clamped:
+            log.warning(
+                "gateway: replica %s counted %s tokens (prompt, completion) past the request's bounds %s; "
+                "recorded at the bounds",
+                replica.id if replica else "-",
+                reported,
+                ticket.bounds,
+            )
         cost = min(budgets.cost_micros(prompt, completion, model.price if model else None), MAX_COST)
         if model is not None:
             self.load.finished(model.name, completion, None if ttfb is None else (ttfb - ticket.started) * 1000)
@@ -732,6 +742,7 @@ class Gateway:
                 latency_ms=(ended - ticket.started) * 1000,
                 ttfb_ms=None if ttfb is None else (ttfb - ticket.started) * 1000,
                 reserved=ticket.reserved,
+                clamped=clamped,
             )
         )
         if prompt + completion:

@@ -220,6 +220,20 @@ def bounded(body: dict, path: str, per: int) -> dict:
     return out
 
 
+def within(used: tuple[int, int], bounds: tuple[int, int]) -> tuple[tuple[int, int], bool]:
+    """``used`` (prompt, completion tokens) held to ``bounds``, and whether that took anything off.
+
+    ``bounds`` are what the request's reservations were made on: its prompt's
+    bound and its length for each choice, the most an engine sent that length
+    can generate. An engine reporting more (a bug, a hostile rank 0 that
+    answered a ``max_tokens: 5`` request with 2**31-1 tokens each way) is
+    taken at the bound: a client is never charged, nor a ``tpm`` spent, past
+    what the request could use.
+    """
+    held = (min(used[0], bounds[0]), min(used[1], bounds[1]))
+    return held, held != used
+
+
 def _positive(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
