@@ -118,6 +118,8 @@ class Ticket:
     """(budget id, micros) held on each budget over the key: the same micros on each."""
     bounds: tuple[int, int] = (0, 0)
     """The most prompt and completion tokens this request can cost, whichever model serves it."""
+    tokens_held: rules.TokensHeld | None = None
+    """Tokens held on the key's tpm limits since admission (gateway.ratelimit), settled when it ends."""
     per_choice: int = 0
     """The most tokens one choice may have: sent to the engine in every field it may read a length from
     (``tokens.bounded``), so that it cannot generate past ``bounds``."""
@@ -273,11 +275,9 @@ class Gateway:
         default = self.conf.default_completion_tokens
         bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, default))
         estimate = self._estimate(entry, bounds)
-        admission_task = asyncio.ensure_future(
-            self.admit(
-                secret, rules.Ask(name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
-            )
-        )
+        db_limits = self.limiter.redis is None
+        ask = rules.Ask(name, entry.name, entry.aliases, estimate, db_limits, timezone.now(), sum(bounds))
+        admission_task = asyncio.ensure_future(self.admit(secret, ask))
         try:
             # Shielded: a client that hangs up while its budget is being reserved
             # must not leave the reservation held for ever (see _admitted_after_all).
@@ -297,6 +297,7 @@ class Gateway:
             raise admitted.refused
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
         ticket.per_choice = tokens.per_choice(body, endpoint, default)
+        ticket.tokens_held = admitted.tokens_held
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
         ticket.original = original
@@ -304,7 +305,7 @@ class Gateway:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
                 with tracing.span("gateway.rate_limit"):
-                    why = await self.limiter.admit(admitted.caller)
+                    why, ticket.tokens_held = await self.limiter.admit(admitted.caller, sum(bounds))
                 refused = errors.rate_limited(why) if why else None
             if refused is not None:
                 self._finish(ticket, status=refused.status, outcome=refused.code)
@@ -332,6 +333,7 @@ class Gateway:
         admitted = task.result()
         if admitted.caller is not None:
             ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
+            ticket.tokens_held = admitted.tokens_held
             self._finish(ticket, status=CLIENT_CLOSED, outcome="client_disconnected")
 
     @staticmethod
@@ -745,8 +747,7 @@ class Gateway:
                 clamped=clamped,
             )
         )
-        if prompt + completion:
-            await self.limiter.spend(ticket.caller, prompt + completion)
+        await self.limiter.settle(ticket.tokens_held, prompt + completion)
 
 
 def _parse(raw: bytes, endpoint: str) -> dict:
