@@ -184,7 +184,7 @@ class UsageRecordAdmin(ReadOnly):
         "cost_micros",
         "latency_ms",
     ]
-    list_filter = ["status", "outcome", "counted_by", "stream", "endpoint"]
+    list_filter = ["status", "outcome", "counted_by", "clamped", "stream", "endpoint"]
     list_select_related = ["key"]
     search_fields = ["key__prefix", "model", "requested", "replica_id"]
     date_hierarchy = "at"

@@ -27,6 +27,7 @@ never named to the client.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime
 
@@ -54,14 +55,18 @@ def admit_caller(caller: Caller, ask: Ask) -> Admission:
     refused = decision.refusal()
     if refused is not None:
         return refused
+    held = None
     if decision.count_limits:
-        why = ratelimit.db_admit(ratelimit.limits(caller), time.time())
+        checks, now = ratelimit.limits(caller), time.time()
+        why = ratelimit.db_admit(checks, now, ask.tokens)
         if why:
             return Admission(caller, errors.rate_limited(why))
+        held = ratelimit.hold(checks, now, ask.tokens, in_redis=False)
     refusal = budgets.reserve(list(decision.reserve), decision.estimate, ask.now)
     if refusal is not None:
-        return Admission(caller, errors.over_budget(refusal.sentence))
-    return decision.admitted()
+        # Recorded as refused, which gives the tokens held back.
+        return Admission(caller, errors.over_budget(refusal.sentence), tokens_held=held)
+    return dataclasses.replace(decision.admitted(), tokens_held=held)
 
 
 def readmit(caller: Caller, held: int, estimate: int | None, now: datetime) -> tuple[int, errors.Refused | None]:

@@ -36,7 +36,7 @@ class GatewayConf:
     load_factor: float
     """Bounded-load factor: a replica is skipped by affinity when above this multiple of the mean load."""
     default_completion_tokens: int
-    """Completion tokens assumed when reserving budget for a request that sets no max_tokens."""
+    """The length of a request that sets none: reserved on budgets and tpm, and sent to the engine as its bound."""
     db_threads: int
     """Threads the gateway's ORM work runs on (each holds one connection), and on PostgreSQL the
     most connections the request path's statements use from the event loop (gateway.pgpath)."""

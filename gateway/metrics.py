@@ -36,6 +36,11 @@ def collect() -> Iterator[Metric]:
     )
     tokens = CounterMetricFamily("llmgw_gateway_tokens", "Tokens served through the gateway.", labels=["model", "kind"])
     cost = CounterMetricFamily("llmgw_gateway_cost_micros", "Cost charged, in millionths.", labels=["model"])
+    clamped = CounterMetricFamily(
+        "llmgw_gateway_usage_clamped",
+        "Requests whose engine reported more tokens than the request allowed, recorded at its bounds.",
+        labels=["model"],
+    )
     rows = (
         UsageHour.objects.values("model")
         .annotate(
@@ -44,6 +49,7 @@ def collect() -> Iterator[Metric]:
             prompt=Sum("prompt_tokens"),
             completion=Sum("completion_tokens"),
             cost=Sum("cost_micros"),
+            clamped=Sum("clamped"),
         )
         .order_by("model")
     )
@@ -54,12 +60,13 @@ def collect() -> Iterator[Metric]:
         tokens.add_metric([model, "prompt"], row["prompt"])
         tokens.add_metric([model, "completion"], row["completion"])
         cost.add_metric([model], row["cost"])
+        clamped.add_metric([model], row["clamped"])
     set_aside = CounterMetricFamily(
         "llmgw_gateway_usage_records_set_aside",
         "Usage records the database refused, kept aside instead of blocking the rest (gateway.writes.usage).",
     )
     set_aside.add_metric([], SetAsideUsage.objects.count())
-    yield from (requests, tokens, cost, set_aside)
+    yield from (requests, tokens, cost, clamped, set_aside)
     yield _budgets()
 
     latency = GaugeMetricFamily(

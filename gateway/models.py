@@ -222,6 +222,11 @@ class UsageRecord(models.Model):
     outcome = models.CharField(max_length=32, help_text="ok, or why not: the error code or client_disconnected.")
     latency_ms = models.FloatField()
     ttfb_ms = models.FloatField(null=True, blank=True)
+    clamped = models.BooleanField(
+        default=False,
+        help_text="The engine reported more tokens than the request allowed (its prompt's bound, its length × its "
+        "choices): the tokens here, and the cost, are those bounds.",
+    )
 
     class Meta:
         ordering = ["-at"]
@@ -246,6 +251,7 @@ class UsageHour(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     cost_micros = models.BigIntegerField(default=0)
+    clamped = models.PositiveBigIntegerField(default=0, help_text="Records whose engine-reported usage was clamped.")
     last_at = models.DateTimeField()
 
     class Meta:

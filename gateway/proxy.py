@@ -136,6 +136,11 @@ class Ticket:
     """(budget id, micros) held on each budget over the key: the same micros on each."""
     bounds: tuple[int, int] = (0, 0)
     """The most prompt and completion tokens this request can cost, whichever model serves it."""
+    tokens_held: rules.TokensHeld | None = None
+    """Tokens held on the key's tpm limits since admission (gateway.ratelimit), settled when it ends."""
+    per_choice: int = 0
+    """The most tokens one choice may have: sent to the engine in every field it may read a length from
+    (``tokens.bounded``), so that it cannot generate past ``bounds``."""
     holding: asyncio.Future | None = None
     """A hop's re-admission still under way when the client left: recorded once it has landed."""
     drop_usage_chunk: bool = False
@@ -288,13 +293,12 @@ class Gateway:
                 raise errors.unknown_model(name)
         stream = bool(body.get("stream")) and endpoint != "embeddings"
         prompt = tokens.prompt_of(body)
-        bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, self.conf.default_completion_tokens))
+        default = self.conf.default_completion_tokens
+        bounds = (prompt.bound(), tokens.completion_bound(body, prompt, endpoint, default))
         estimate = self._estimate(entry, bounds)
-        admission_task = asyncio.ensure_future(
-            self.admit(
-                secret, rules.Ask(name, entry.name, entry.aliases, estimate, self.limiter.redis is None, timezone.now())
-            )
-        )
+        db_limits = self.limiter.redis is None
+        ask = rules.Ask(name, entry.name, entry.aliases, estimate, db_limits, timezone.now(), sum(bounds))
+        admission_task = asyncio.ensure_future(self.admit(secret, ask))
         try:
             # Shielded: a client that hangs up while its budget is being reserved
             # must not leave the reservation held for ever (see _admitted_after_all).
@@ -313,6 +317,8 @@ class Gateway:
         if admitted.caller is None:
             raise admitted.refused
         ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved, bounds)
+        ticket.per_choice = tokens.per_choice(body, endpoint, default)
+        ticket.tokens_held = admitted.tokens_held
         options = body.get("stream_options")
         ticket.drop_usage_chunk = stream and not (isinstance(options, dict) and options.get("include_usage"))
         ticket.original = original
@@ -320,7 +326,7 @@ class Gateway:
             refused = admitted.refused
             if refused is None and self.limiter.redis is not None:
                 with tracing.span("gateway.rate_limit"):
-                    why = await self.limiter.admit(admitted.caller)
+                    why, ticket.tokens_held = await self.limiter.admit(admitted.caller, sum(bounds))
                 refused = errors.rate_limited(why) if why else None
             if refused is not None:
                 self._finish(ticket, status=refused.status, outcome=refused.code)
@@ -348,6 +354,7 @@ class Gateway:
         admitted = task.result()
         if admitted.caller is not None:
             ticket = Ticket(admitted.caller, name, endpoint, stream, started, prompt, admitted.reserved)
+            ticket.tokens_held = admitted.tokens_held
             self._finish(ticket, status=CLIENT_CLOSED, outcome="client_disconnected")
 
     @staticmethod
@@ -507,9 +514,12 @@ class Gateway:
                 path, payload = _upstream_path(ticket, replica), payloads[made_for]
                 data = payload
                 if path != "chat/completions" and ticket.original is not None:
-                    # The client's own body for an engine that speaks its protocol, with the engine's name.
+                    # The client's own body for an engine that speaks its protocol, with the engine's name
+                    # and one length bound (tokens.bounded).
                     native = fields.forwarded(ticket.original, path, replica.engine)
-                    data = json.dumps({**native, "model": upstream_name}).encode()
+                    data = json.dumps(
+                        tokens.bounded({**native, "model": upstream_name}, path, ticket.per_choice)
+                    ).encode()
                 url = f"{replica.endpoint}/v1/{path}"
                 with gateway_tracing.exchange(replica.id, model.name, url) as exchange:
                     response = await self._open(replica, url, data, failures, exchange.headers())
@@ -758,6 +768,16 @@ class Gateway:
                     prompt = min(tokens.estimate(ticket.prompt), MAX_TOKENS)
         else:
             prompt, completion = usage
+        reported = (prompt, completion)
+        (prompt, completion), clamped = tokens.within(reported, ticket.bounds)
+        if clamped:
+            log.warning(
+                "gateway: replica %s counted %s tokens (prompt, completion) past the request's bounds %s; "
+                "recorded at the bounds",
+                replica.id if replica else "-",
+                reported,
+                ticket.bounds,
+            )
         cost = min(budgets.cost_micros(prompt, completion, model.price if model else None), MAX_COST)
         if model is not None:
             self.load.finished(model.name, completion, None if ttfb is None else (ttfb - ticket.started) * 1000)
@@ -779,10 +799,10 @@ class Gateway:
                 latency_ms=(ended - ticket.started) * 1000,
                 ttfb_ms=None if ttfb is None else (ttfb - ticket.started) * 1000,
                 reserved=ticket.reserved,
+                clamped=clamped,
             )
         )
-        if prompt + completion:
-            await self.limiter.spend(ticket.caller, prompt + completion)
+        await self.limiter.settle(ticket.tokens_held, prompt + completion)
 
 
 def _parse(raw: bytes, endpoint: str) -> dict:
@@ -803,11 +823,11 @@ def _parse(raw: bytes, endpoint: str) -> dict:
 
 
 def _upstream_body(body: dict, model: str, ticket: Ticket, engine: str) -> bytes:
-    """The body for an engine of kind ``engine``: the fields it may be sent (gateway.fields), the model's own
-    name, and usage asked for on streams. ``body`` is a chat request where the client spoke a protocol served
-    as chat (``AS_CHAT``)."""
+    """The body for an engine of kind ``engine``: the fields it may be sent (gateway.fields), one length
+    bound (``tokens.bounded``), the model's own name, and usage asked for on streams. ``body`` is a chat
+    request where the client spoke a protocol served as chat (``AS_CHAT``)."""
     endpoint = "chat/completions" if ticket.original is not None else ticket.endpoint
-    out = fields.forwarded(body, endpoint, engine)
+    out = tokens.bounded(fields.forwarded(body, endpoint, engine), endpoint, ticket.per_choice)
     out["model"] = model
     if ticket.stream and endpoint != "embeddings":
         given = out.get("stream_options")

@@ -15,6 +15,8 @@ in how they talk to the database:
   all or none; a model with no price, or a key with no budget, reserves
   nothing (``decide``, ``Decision.admitted``).
 - A fallback hop moves the reservation to its own price (``adjustment``).
+- A request holds its largest token count on the ``tpm`` limits over its key
+  from admission until it ends (``TokensHeld``; gateway.ratelimit counts it).
 
 Pure: no Django, no I/O (a contract in pyproject.toml holds it).
 """
@@ -77,6 +79,9 @@ class Ask:
     db_limits: bool
     """Whether rate limits are counted in the database (else in Redis, by the caller)."""
     now: datetime
+    tokens: int = 0
+    """The most tokens the request may use (its prompt's bound and its completion bound): what it holds on
+    the ``tpm`` limits over its key until it ends."""
 
     @property
     def names(self) -> list[str]:
@@ -85,11 +90,31 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class TokensHeld:
+    """Tokens a request holds on the ``tpm`` limits over its key, from admission until it ends.
+
+    Held as a budget holds micros: counted in the window of the minute the
+    request was let in, so a burst cannot all be let in before the first of
+    it has ended, and settled there when it ends (what was not used given back).
+    """
+
+    scopes: tuple[str, ...]
+    """The limits that have a ``tpm`` (``Limit.scope``)."""
+    minute: int
+    """The window they were counted in, settled there whenever the request ends."""
+    tokens: int
+    in_redis: bool
+    """Counted in Redis, else in the database: settled where they were counted."""
+
+
+@dataclass(frozen=True)
 class Admission:
     caller: Caller | None
     refused: errors.Refused | None = None
     reserved: tuple[tuple[int, int], ...] = ()
     """(budget id, micros) reserved for this request, to be taken back when it ends."""
+    tokens_held: TokensHeld | None = None
+    """Tokens held on the rate limits counted in the database, to be settled when it ends."""
 
 
 def allowed(caller: Caller, requested: str, canonical: str, aliases: tuple[str, ...] = ()) -> bool:

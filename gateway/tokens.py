@@ -162,17 +162,76 @@ def prompt_of(body: Mapping) -> Prompt:
     return prompt
 
 
+# The fields a client bounds a completion's length by, the first one set deciding, per protocol as
+# the gateway reads it. Chat follows OpenAI: max_completion_tokens replaces the deprecated max_tokens.
+# A completion knows only max_tokens. Messages and Responses are bounded as the chat request they are
+# translated to (their max_tokens and max_output_tokens become its max_tokens).
+ASKED_BY = {"completions": ("max_tokens",)}
+CHAT_ASKED_BY = ("max_completion_tokens", "max_tokens")
+# The fields an engine takes a completion's length from, per path it is asked on: each is set to the
+# bound, so whichever an engine reads (vLLM's and SGLang's chat read max_completion_tokens, then
+# max_tokens; their completions and llama-cpp-python's server only max_tokens), it generates no more
+# than was reserved.
+SENT_AS = {
+    "chat/completions": ("max_tokens", "max_completion_tokens"),
+    "completions": ("max_tokens",),
+    "messages": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+}
+ALSO_READ = ("max_tokens", "max_completion_tokens", "n_predict")
+"""Length fields some engine reads on any path (llama.cpp's own server reads ``n_predict`` before
+``max_tokens``): where a client sent one, it is overwritten with the bound too."""
+
+
+def per_choice(body: Mapping, endpoint: str, default: int) -> int:
+    """The most tokens one choice of one prompt may have: the length the body asks for, else ``default``."""
+    if endpoint == "embeddings":
+        return 0
+    fields = ASKED_BY.get(endpoint, CHAT_ASKED_BY)
+    return next((n for n in (_positive(body.get(name)) for name in fields) if n), default)
+
+
 def completion_bound(body: Mapping, prompt: Prompt, endpoint: str, default: int) -> int:
-    """The most completion tokens a request may be answered with: max_tokens (else ``default``) per choice.
+    """The most completion tokens a request may be answered with: ``per_choice`` for each choice.
 
     Choices are ``n`` (or ``best_of`` where larger: vLLM generates that many
     and returns the best) for each of the prompts.
     """
-    if endpoint == "embeddings":
-        return 0
-    per = _positive(body.get("max_completion_tokens")) or _positive(body.get("max_tokens")) or default
     choices = max(_positive(body.get("n")) or 1, _positive(body.get("best_of")) or 1)
-    return per * choices * prompt.sequences
+    return per_choice(body, endpoint, default) * choices * prompt.sequences
+
+
+def bounded(body: dict, path: str, per: int) -> dict:
+    """``body`` as an engine gets it on ``path``: every field it may take a length from holds ``per``.
+
+    One bound in every field rather than the client's fields as they came: an
+    engine that reads another field than the one the reservation was made on
+    (the issue's ``max_completion_tokens: 1, max_tokens: 256``) would
+    otherwise generate past it. ``per`` 0 (embeddings) leaves the fields as they are. A copy.
+    """
+    out = dict(body)
+    if not per:
+        return out
+    for name in SENT_AS.get(path, ()):
+        out[name] = per
+    for name in ALSO_READ:
+        if name in out:
+            out[name] = per
+    return out
+
+
+def within(used: tuple[int, int], bounds: tuple[int, int]) -> tuple[tuple[int, int], bool]:
+    """``used`` (prompt, completion tokens) held to ``bounds``, and whether that took anything off.
+
+    ``bounds`` are what the request's reservations were made on: its prompt's
+    bound and its length for each choice, the most an engine sent that length
+    can generate. An engine reporting more (a bug, a hostile rank 0 that
+    answered a ``max_tokens: 5`` request with 2**31-1 tokens each way) is
+    taken at the bound: a client is never charged, nor a ``tpm`` spent, past
+    what the request could use.
+    """
+    held = (min(used[0], bounds[0]), min(used[1], bounds[1]))
+    return held, held != used
 
 
 def _positive(value) -> int | None:

@@ -26,6 +26,8 @@ if not os.environ.get("LLMGW_TEST_SQLITE"):
         "LLMGW_DATABASE_URL",
         os.environ.get("LLMGW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/llmgw"),
     )
+# Several checkouts testing at once on one PostgreSQL must not share (and drop) one test database.
+os.environ.setdefault("LLMGW_TEST_DB_NAME", "llmgw_test_budget")
 # Heartbeats queued by the fast lane are flushed by the tests themselves.
 os.environ.setdefault("LLMGW_HEARTBEAT_FLUSHER", "manual")
 os.environ.setdefault("LLMGW_ADMIN_ADDR", "127.0.0.1:18000")

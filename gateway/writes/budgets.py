@@ -10,14 +10,15 @@ added to ``spent`` (gateway.writes.usage does that, batched).
 
 What a budget can be overrun by is therefore only what requests already in
 flight cost beyond their estimates. The estimate is an upper bound of the
-prompt's tokens (gateway.tokens.Prompt.bound) plus ``max_tokens`` (or
-LLMGW_BUDGET_DEFAULT_COMPLETION_TOKENS) for every choice, at the price of
-the model that serves (a fallback is re-admitted at its own price, see
-gateway.admission), so requests that set max_tokens cannot overrun. A
-request that cost more than it reserved (it set no max_tokens and the engine
-went past the default) is charged in full: ``spent`` may then pass the
-amount, and every later request is refused until the period rolls over,
-since reserving needs ``spent < amount``.
+prompt's tokens (gateway.tokens.Prompt.bound) plus the request's length
+(gateway.tokens.per_choice, else LLMGW_BUDGET_DEFAULT_COMPLETION_TOKENS) for
+every choice, at the price of the model that serves (a fallback is
+re-admitted at its own price, see gateway.admission); the engine is sent that
+length in every field it may read one from (gateway.tokens.bounded), and
+what it reports past the bounds is taken at the bounds (gateway.tokens.within),
+so no body and no engine overruns. A request that cost more than it reserved all the same is charged
+in full: ``spent`` may then pass the amount, and every later request is
+refused until the period rolls over, since reserving needs ``spent < amount``.
 """
 
 from __future__ import annotations

@@ -113,6 +113,8 @@ class Finished:
     ttfb_ms: float | None
     reserved: tuple[tuple[int, int], ...] = ()
     """(budget id, micros reserved) to take back."""
+    clamped: bool = False
+    """The engine reported more than the request allowed; the tokens are the bounds (gateway.tokens.within)."""
 
     @property
     def ok(self) -> bool:
@@ -128,12 +130,13 @@ def _rollup_sql() -> str:
     t = connection.ops.quote_name(UsageHour._meta.db_table)
     return (
         f"INSERT INTO {t} (hour, key_id, model, requests, errors, prompt_tokens, completion_tokens, "
-        f"cost_micros, last_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        f"cost_micros, clamped, last_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
         f"ON CONFLICT (hour, key_id, model) DO UPDATE SET "
         f"requests = {t}.requests + excluded.requests, errors = {t}.errors + excluded.errors, "
         f"prompt_tokens = {t}.prompt_tokens + excluded.prompt_tokens, "
         f"completion_tokens = {t}.completion_tokens + excluded.completion_tokens, "
         f"cost_micros = {t}.cost_micros + excluded.cost_micros, "
+        f"clamped = {t}.clamped + excluded.clamped, "
         f"last_at = CASE WHEN excluded.last_at > {t}.last_at THEN excluded.last_at ELSE {t}.last_at END"
     )
 
@@ -157,6 +160,7 @@ RECORD_FIELDS = (
     "outcome",
     "latency_ms",
     "ttfb_ms",
+    "clamped",
 )
 # Records per INSERT: well under PostgreSQL's 65,535 and SQLite's 32,766 parameters.
 ROWS_PER_INSERT = 500
@@ -188,6 +192,7 @@ def _record_row(f: Finished) -> list:
         f.outcome,
         round(f.latency_ms, 3),
         None if f.ttfb_ms is None else round(f.ttfb_ms, 3),
+        f.clamped,
     ]
 
 
@@ -206,13 +211,14 @@ def statements(batch: list[Finished], now: datetime, *, records: bool = True) ->
         out.append((_insert_sql(len(part)), [value for f in part for value in _record_row(f)]))
     hours: dict[tuple, list] = {}
     for f in batch:
-        row = hours.setdefault((hour_of(f.at), f.caller.key_id, f.model or f.requested), [0, 0, 0, 0, 0, f.at])
+        row = hours.setdefault((hour_of(f.at), f.caller.key_id, f.model or f.requested), [0, 0, 0, 0, 0, 0, f.at])
         row[0] += 1
         row[1] += 0 if f.ok else 1
         row[2] += f.prompt_tokens
         row[3] += f.completion_tokens
         row[4] += f.cost_micros
-        row[5] = max(row[5], f.at)
+        row[5] += f.clamped
+        row[6] = max(row[6], f.at)
     sql = _rollup_sql()
     # Sorted so that two writers touching the same hours lock them in one order.
     for (hour, key_id, model), row in sorted(hours.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):

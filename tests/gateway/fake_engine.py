@@ -59,7 +59,15 @@ class Behaviour:
     """How the prompt's tokens are reported: ``words`` (one a word) or ``bytes`` (one a UTF-8 byte of the
     text, the most any real tokenizer makes: a prompt in a script the tokenizer knows badly)."""
     honour_max_tokens: bool = False
-    """Answer with at most ``max_tokens`` (or ``max_completion_tokens``) tokens, as real engines do."""
+    """Answer with at most the length the first of ``reads`` the body sets asks for, as real engines do."""
+    reads: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+    """With ``honour_max_tokens``: the fields this engine takes a completion's length from, the first one set
+    deciding: vLLM's and SGLang's chat read ``max_completion_tokens`` then ``max_tokens``; their
+    ``/v1/completions`` and llama-cpp-python's server only ``max_tokens``; llama.cpp's own server
+    ``n_predict`` then ``max_tokens``."""
+    reports: tuple[int, int] | None = None
+    """Usage this engine claims whatever it did (prompt, completion), in every shape it reports usage in:
+    a hostile or broken rank-0 engine. None: its real counts."""
     messages: bool = False
     """Serve ``/v1/messages`` natively (plain and streamed in Anthropic's events); False: 404 there."""
     tool_call: str = ""
@@ -224,11 +232,8 @@ class FakeEngine:
             ],
         }
         if b.usage != "none":
-            answer["usage"] = {
-                "prompt_tokens": prompt,
-                "completion_tokens": count,
-                "total_tokens": prompt + count,
-            }
+            said, done = self._claimed(prompt, count)
+            answer["usage"] = {"prompt_tokens": said, "completion_tokens": done, "total_tokens": said + done}
         self.stats.completed += 1
         return self._json(writer, 200, answer)
 
@@ -267,7 +272,7 @@ class FakeEngine:
         """Anthropic's Messages, natively: a Message, or its events one token each."""
         b = self.behaviour
         count = self._tokens(body)
-        prompt = messages_prompt_tokens(body)
+        said = self._claimed(messages_prompt_tokens(body), count)
         reason = "max_tokens" if count < b.tokens else "end_turn"
         message = {
             "id": "msg_fake",
@@ -277,12 +282,12 @@ class FakeEngine:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": 0},
+            "usage": {"input_tokens": said[0], "output_tokens": 0},
         }
         if not body.get("stream"):
             text = " ".join(f"w{i}" for i in range(count))
             message.update(content=[{"type": "text", "text": text}], stop_reason=reason)
-            message["usage"] = {"input_tokens": prompt, "output_tokens": count}
+            message["usage"] = {"input_tokens": said[0], "output_tokens": said[1]}
             self.stats.completed += 1
             return self._json(writer, 200, message)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -304,7 +309,7 @@ class FakeEngine:
                 await writer.drain()
             send("content_block_stop", {"index": 0})
             delta = {"stop_reason": reason, "stop_sequence": None}
-            send("message_delta", {"delta": delta, "usage": {"output_tokens": count}})
+            send("message_delta", {"delta": delta, "usage": {"output_tokens": said[1]}})
             send("message_stop", {})
             writer.write(b"0\r\n\r\n")
             await writer.drain()
@@ -341,10 +346,15 @@ class FakeEngine:
         return self._json(writer, 200, {"count": len(tokens), "max_model_len": 4096, "tokens": tokens})
 
     def _tokens(self, body: dict) -> int:
-        wanted = body.get("max_completion_tokens") or body.get("max_tokens")
-        if self.behaviour.honour_max_tokens and isinstance(wanted, int) and wanted > 0:
-            return min(self.behaviour.tokens, wanted)
-        return self.behaviour.tokens
+        b = self.behaviour
+        wanted = next((body[name] for name in b.reads if body.get(name)), None)
+        if b.honour_max_tokens and isinstance(wanted, int) and wanted > 0:
+            return min(b.tokens, wanted)
+        return b.tokens
+
+    def _claimed(self, prompt: int, completion: int) -> tuple[int, int]:
+        """The (prompt, completion) usage this engine reports: its real counts, or ``Behaviour.reports``."""
+        return self.behaviour.reports or (prompt, completion)
 
     async def _stream(self, writer, reader, body, chat, prompt) -> bool:
         b = self.behaviour
@@ -369,12 +379,14 @@ class FakeEngine:
                     choice["text"] = f"w{i} "
                 event = {**base, "choices": [choice]}
                 if i == count - 1 and b.usage == "llamacpp":
-                    event["timings"] = {"prompt_n": prompt, "predicted_n": count}
+                    said, done = self._claimed(prompt, count)
+                    event["timings"] = {"prompt_n": said, "predicted_n": done}
                 self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
                 await writer.drain()
             options = body.get("stream_options") or {}
             if b.usage == "vllm" and options.get("include_usage"):
-                usage = {"prompt_tokens": prompt, "completion_tokens": count, "total_tokens": prompt + count}
+                said, done = self._claimed(prompt, count)
+                usage = {"prompt_tokens": said, "completion_tokens": done, "total_tokens": said + done}
                 self._chunk(writer, b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
             self._chunk(writer, b"data: [DONE]\n\n")
             writer.write(b"0\r\n\r\n")

@@ -112,6 +112,26 @@ def new_app(settings=FAST) -> GatewayApp:
     return GatewayApp(lambda: Gateway(settings))
 
 
+def app_on(on_loop: bool, redis=None, settings=FAST) -> GatewayApp:
+    """An app admitting on the event loop (``on_loop``, PostgreSQL) or on the ORM's threads; ``redis`` counts
+    its rate limits (a ``redis.asyncio`` client), else the database does."""
+    return GatewayApp(lambda: Gateway(settings, redis, queries_on_loop=on_loop))
+
+
+def at_once(app_factory: Callable[[], GatewayApp], path: str, body: dict, secret: str, clients: int) -> list[Answer]:
+    """``clients`` requests sent together through one app made by ``app_factory``; their answers once the app
+    has written what it holds."""
+
+    async def scenario():
+        app = app_factory()
+        try:
+            return await asyncio.gather(*(call(app, path, body, key=secret) for _ in range(clients)))
+        finally:
+            await settle(app)
+
+    return asyncio.run(scenario())
+
+
 def model(name: str, *, min_replicas: int = 1, aliases=(), price: tuple[int, int] | None = None) -> CatalogModel:
     m = CatalogModel.objects.create(name=name, min_replicas=min_replicas, max_replicas=max(1, min_replicas))
     for alias in aliases:

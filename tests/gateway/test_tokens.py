@@ -131,6 +131,8 @@ def test_completions_are_bounded_by_max_tokens_for_every_choice_of_every_prompt(
     assert completion_bound({"max_tokens": 10, "n": 3}, one, "completions", 1024) == 30
     assert completion_bound({"max_tokens": 10, "n": 2, "best_of": 5}, one, "completions", 1024) == 50
     assert completion_bound({"max_completion_tokens": 7, "max_tokens": 99}, one, "chat/completions", 1) == 7
+    # A completion knows only max_tokens: what every engine's /v1/completions reads.
+    assert completion_bound({"max_completion_tokens": 7, "max_tokens": 99}, one, "completions", 1) == 99
     four = prompt_of({"prompt": ["a", "b", "c", "d"]})
     assert completion_bound({"max_tokens": 10}, four, "completions", 1024) == 40
     assert completion_bound({"max_tokens": True, "n": -1}, one, "completions", 5) == 5
