@@ -25,10 +25,13 @@ limits of core.config.ListenerLimits (LLMGW_LISTENER_*):
 - **keep-alive**: uvicorn's own timer, set to ``keep_alive_s``.
 
 Every refusal closes the connection: what else the client sent is not read.
-The deadlines cost a request nothing when it arrives whole: a timer is set
-only when a read leaves a request unfinished (and one at each connection's
-opening), and an old timer that fires finds the deadline it now has and
-sets itself again.
+A request that arrives whole sets no timer: one is set only when a read
+leaves a request unfinished (and one at each connection's opening), and an
+old timer that fires finds the deadline it now has and sets itself again.
+The bookkeeping costs a keep-alive request 3 to 5 µs of CPU in the protocol
+(15.5 µs a request for uvicorn's protocol alone, 20.2 for this one, the
+fastest of seven runs each, on the shared two-core test machine): about
+2 % of a heartbeat's 0.24 ms.
 
 This leans on uvicorn's protocol's attributes (``cycle``, ``flow``,
 ``connections``, ``timeout_keep_alive``), as llmgw.admin_protocol does; the
