@@ -8,8 +8,9 @@ the drift of the machine falls on both:
 
 - ``inline``: ``llmgw.admin_server.serve`` as shipped (llmgw.admin_protocol
   answers a known node's beat inside uvicorn's parser);
-- ``asgi``: the same, with uvicorn's plain httptools protocol, which serves
-  every beat as an ASGI request (agentapi.fast.heartbeat), as before.
+- ``asgi``: the same, with the listeners' bounded protocol alone
+  (llmgw.listener_protocol: uvicorn's httptools protocol and the limits),
+  which serves every beat as an ASGI request (agentapi.fast.heartbeat), as before.
 
 A fresh PostgreSQL database (``llmgw_bench_lane``) gets ``--nodes`` nodes,
 each with a credential (rows written directly: a beat needs no more). Each
@@ -101,14 +102,13 @@ def start(way: str, port: int) -> subprocess.Popen:
 
 
 def serve(way: str, port: int) -> None:
-    """The child: ``llmgw.admin_server.serve``, with uvicorn's own protocol in place of the admin one for ``asgi``."""
+    """The child: ``llmgw.admin_server.serve``, with the bounded protocol in place of the admin one for ``asgi``."""
     if way == "asgi":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
         import llmgw.asgi  # noqa: F401  (Django first: the admin protocol's imports need it)
         from llmgw import admin_protocol
+        from llmgw.listener_protocol import BoundedHttpProtocol
 
-        admin_protocol.AdminHttpProtocol = HttpToolsProtocol  # what admin_server.serve imports when it runs
+        admin_protocol.AdminHttpProtocol = BoundedHttpProtocol  # what admin_server.serve imports when it runs
     from llmgw import admin_server
 
     admin_server.serve(host="127.0.0.1", port=port)

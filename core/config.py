@@ -62,6 +62,26 @@ class Address:
 
 
 @dataclass(frozen=True)
+class ListenerLimits:
+    """What one connection may hold or take of a listener's process: the same for the admin and gateway listeners.
+
+    uvicorn with httptools bounds none of these by itself (llmgw.listener_protocol
+    says how each is held); docs/operations.md says what a client sees of each.
+    """
+
+    head_bytes: int = 32 * 1024
+    """A request head (its request line and headers) larger than this is refused with a 431."""
+    head_timeout_s: float = 10.0
+    """From a connection's opening, or a request's first byte, to the end of its head."""
+    body_timeout_s: float = 60.0
+    """From the end of a request's head to the end of its body (8 MB, the gateway's largest, at 140 kB/s)."""
+    keep_alive_s: float = 5.0
+    """How long a connection may stay idle between an answer and its next request."""
+    connections: int = 16_384
+    """Connections one process serves at once (websockets included); requests on any past it get a 503."""
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything llmgw reads from its environment.
 
@@ -84,6 +104,8 @@ class Config:
     """Processes serving the admin listener; 1 is ``llmgw serve`` itself, more are children on its socket."""
     admin_db_connections: int = 10
     """PostgreSQL connections each admin process keeps in its pool at most (core.dbpool)."""
+    listener_limits: ListenerLimits = ListenerLimits()
+    """What one connection may hold or take of a listener's process; read again by each listener process."""
 
     @property
     def embedded(self) -> bool:
@@ -282,12 +304,12 @@ def number(env: dict[str, str], name: str, default: float, *, low: float = 0.0, 
     return value
 
 
-def _count(env: dict[str, str], name: str, default: int, most: int) -> int:
+def _count(env: dict[str, str], name: str, default: int, most: int, least: int = 1) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise ConfigError(name, f"{raw!r} is not a whole number from 1 to {most}")
+    if not raw.isdigit() or not least <= int(raw) <= most:
+        raise ConfigError(name, f"{raw!r} is not a whole number from {least} to {most}")
     return int(raw)
 
 
@@ -321,6 +343,7 @@ def load(env: dict[str, str] | None = None) -> Config:
         gateway_workers=_count(env, "LLMGW_GATEWAY_WORKERS", 1, 256),
         admin_workers=admin_workers(env, database_url, redis_url),
         admin_db_connections=admin_db_connections(env),
+        listener_limits=listener_limits(env),
     )
 
 
@@ -332,6 +355,22 @@ def admin_db_connections(env: Mapping[str, str]) -> int:
     PostgreSQL's max_connections.
     """
     return _count(dict(env), "LLMGW_ADMIN_DB_CONNECTIONS", 10, 1000)
+
+
+def listener_limits(env: Mapping[str, str]) -> ListenerLimits:
+    """The LLMGW_LISTENER_* settings: what one connection may hold or take of a listener's process.
+
+    Read by ``llmgw serve`` to refuse a bad value at start, and again by each
+    process serving a listener (the environment is the same).
+    """
+    env, default = dict(env), ListenerLimits()
+    return ListenerLimits(
+        head_bytes=_count(env, "LLMGW_LISTENER_HEAD_BYTES", default.head_bytes, 1 << 20, least=1024),
+        head_timeout_s=number(env, "LLMGW_LISTENER_HEAD_TIMEOUT_S", default.head_timeout_s, low=0.1, high=3600),
+        body_timeout_s=number(env, "LLMGW_LISTENER_BODY_TIMEOUT_S", default.body_timeout_s, low=0.1, high=3600),
+        keep_alive_s=number(env, "LLMGW_LISTENER_KEEP_ALIVE_S", default.keep_alive_s, low=0.1, high=3600),
+        connections=_count(env, "LLMGW_LISTENER_CONNECTIONS", default.connections, 1_000_000),
+    )
 
 
 def admin_workers(env: dict[str, str], database_url: str, redis_url: str | None) -> int:

@@ -28,6 +28,11 @@ the same requests and compares what comes back. What a beat is answered is
 decided in one place for both (agentapi.fast.checked_beat,
 inventory.writes.heartbeats.take); only the framing is here.
 
+The lane obeys the listener's limits as the ASGI way does
+(llmgw.listener_protocol): a beat's head is counted and timed before the
+lane sees it, its body is held to the body's deadline, and a connection
+past the process's cap gets the 503, not an inline answer.
+
 This leans on uvicorn's protocol's attributes (``cycle``, ``pipeline``,
 ``headers``, ``url``, the keep-alive timer), which are not public API: the
 tests above run against the uvicorn pyproject.toml allows, and a change
@@ -38,13 +43,12 @@ from __future__ import annotations
 
 import logging
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
-
 from agentapi import fast
 from agentapi.limits import HEARTBEAT_LIMIT
 from core import jsontext
 from inventory.writes import heartbeats
 from inventory.writes.heartbeats import desk
+from llmgw.listener_protocol import BoundedHttpProtocol
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +67,9 @@ class _Beat:
         self.keep_alive = keep_alive
 
 
-class AdminHttpProtocol(HttpToolsProtocol):
-    """uvicorn's protocol for the admin listener; a known node's plain heartbeat never becomes an ASGI request."""
+class AdminHttpProtocol(BoundedHttpProtocol):
+    """The listeners' bounded protocol for the admin listener; a known node's plain heartbeat never becomes an ASGI
+    request."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -75,10 +80,11 @@ class AdminHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        beat = self._inline_beat()
+        beat = None if self.over_capacity else self._inline_beat()
         if beat is None:
             super().on_headers_complete()
         else:
+            self.head_received()
             self.beat = beat
 
     def _inline_beat(self) -> _Beat | None:
@@ -118,6 +124,7 @@ class AdminHttpProtocol(HttpToolsProtocol):
         beat, self.beat = self.beat, None
         if beat is None:
             return super().on_message_complete()
+        self.message_received()
         try:
             status, answer = self._answer(beat)
         except Exception:
@@ -137,14 +144,7 @@ class AdminHttpProtocol(HttpToolsProtocol):
 
     def _write(self, status: int, body: bytes, content_type: bytes, keep_alive: bool) -> None:
         """The whole answer in one write, with the headers uvicorn would have sent; then as after any answer."""
-        head = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: ", content_type, b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
-        if not keep_alive:
-            head.append(b"connection: close\r\n")
-        head += [b"\r\n", body]
-        self.transport.write(b"".join(head))
+        self.write_whole(status, body, content_type, keep_alive=keep_alive)
         if keep_alive:
             self.on_response_complete()  # counts it, and arms the keep-alive timer
         else:

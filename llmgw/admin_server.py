@@ -58,13 +58,15 @@ def serve(*, host: str | None = None, port: int | None = None, sock: socket.sock
     dbpool.pool_this_process(config.admin_db_connections(os.environ))
     from llmgw import asgi  # first: it sets Django up, which the protocol's imports need
     from llmgw.admin_protocol import AdminHttpProtocol
+    from llmgw.listener_protocol import serving
 
     bind = {"host": host, "port": port} if sock is None else {}
     server = uvicorn.Server(
         uvicorn.Config(
             asgi.application,
             **bind,
-            http=AdminHttpProtocol,  # httptools, with a known node's heartbeat answered inline
+            # httptools, bounded (llmgw.listener_protocol), with a known node's heartbeat answered inline
+            http=serving(AdminHttpProtocol, config.listener_limits(os.environ)),
             ws="websockets-sansio",
             loop="asyncio",  # not uvloop: see above
             # Channels' router takes http and websocket scopes only; start and stop are this function's.

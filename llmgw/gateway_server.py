@@ -17,6 +17,9 @@ server of its own and processes of their own, measured with
   rate limits and usage are all in the database (or Redis), so any number of
   its processes agree.
 
+Its HTTP protocol is the listeners' bounded one (llmgw.listener_protocol),
+which refuses in OpenAI's error shape here, as the gateway does.
+
 llmgw.listener_processes starts, watches and stops them. Each process is a
 fresh interpreter (fork and exec), and sets up its own
 tracing when it imports ``llmgw.asgi_gateway`` (core.tracing): an exporter's
@@ -30,7 +33,19 @@ import os
 import socket
 import sys
 
+from core.config import listener_limits
+from gateway import errors
 from llmgw.listener_processes import GRACEFUL_S, inherited_socket
+from llmgw.listener_protocol import BoundedHttpProtocol, serving
+
+
+class GatewayHttpProtocol(BoundedHttpProtocol):
+    """The listeners' bounded protocol, refusing in the gateway's error shape (gateway.errors)."""
+
+    def refusal_body(self, status: int, sentence: str, code: str) -> tuple[bytes, bytes]:
+        kind = "service_unavailable" if status == 503 else "invalid_request_error"
+        return b"application/json", errors.Refused(status, sentence, kind, code).body()
+
 
 # --- one gateway process ---------------------------------------------------------
 
@@ -50,7 +65,7 @@ async def _serve(sock: socket.socket) -> None:
 
     config = uvicorn.Config(
         application,
-        http="httptools",
+        http=serving(GatewayHttpProtocol, listener_limits(os.environ)),
         # The lifespan's shutdown is where the gateway writes the usage it still holds.
         lifespan="on",
         access_log=False,

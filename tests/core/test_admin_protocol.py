@@ -68,16 +68,21 @@ def exchange(port: int, raw: bytes) -> bytes:
     """Send ``raw`` at once, then read until the server closes the connection (the last request asks it to)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(raw)
-        received = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            received.append(chunk)
-    return _DATE.sub(b"", b"".join(received))
+        return _DATE.sub(b"", read_until_closed(sock))
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        received.append(chunk)
+    return b"".join(received)
 
 
 def request(
