@@ -26,6 +26,7 @@ from catalog import rules
 from core import jsonbody
 from core.compiled import CompiledQuery
 from core.credentials import hash_token, new_token
+from inventory import node_address
 from inventory import signals as inventory_signals
 from inventory.bounds import report_bounds
 from inventory.loss_settings import report_min_interval_s
@@ -34,6 +35,7 @@ from inventory.report_schema import report_problems, unstorable
 from inventory.writes import ingest, scans
 from inventory.writes.heartbeats import desk
 from placement import assignments
+from placement.writes.shard_status import node_hosts
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,29 @@ def check_report(report, node: Node | None = None) -> None:
         raise Refused(400, message)
 
 
+def check_address(request, report: dict, node: Node | None = None) -> None:
+    """Refuse a report whose engine address the node may not claim (inventory.node_address says which).
+
+    The address checked is the one the gateway would send to (placement's ``node_hosts``: the reported
+    address, else the hostname). A registered node whose report keeps the address it has is not
+    checked again: the address was checked when it was first stored, and the resolver is spared.
+    """
+    cols = ingest.node_columns(report)
+    claimed = node_hosts(Node(mgmt_addr=cols["mgmt_addr"], hostname=cols["hostname"]))
+    if node is not None and claimed == node_hosts(node):
+        return
+    rules = node_address.address_rules()
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    peer = node_address.peer_of(request.META.get("REMOTE_ADDR"), forwarded, rules.trusted_proxies)
+    for host in sorted(claimed):
+        problem = node_address.address_problem(host, peer, rules)
+        if problem:
+            message = f"the report was not stored: {problem}"
+            if node is not None:
+                note_report_error(node, message)
+            raise Refused(400, message)
+
+
 def note_report_error(node: Node, message: str) -> None:
     """Keep (or clear, with "") why the node's last report was refused: it shows on the node's page and in the API."""
     kept = message[: Node._meta.get_field("report_error").max_length]
@@ -128,6 +153,7 @@ def register(request):
     report = body.get("report")
     if report is not None:
         check_report(report)
+        check_address(request, report)
     secret = new_token("llmgw_node")
     now = timezone.now()
     with transaction.atomic():
@@ -177,6 +203,7 @@ def report(request):
     node = node_for_credential(bearer(request))
     body = read_json(request, REPORT_LIMIT)
     check_report(body, node)
+    check_address(request, body, node)
     now = timezone.now()
     take_turn(node, now)
     result = ingest.ingest_report(node, body, now)

@@ -289,7 +289,7 @@ def _profile(data: Any, i: int, problems: list[str]) -> ProfileSpec | None:
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         problems.append(f"{where}.env must map names to string values (quote numbers)")
         env = {}
-    problems += rules.launch_problems(args, env, f"{where}.")
+    problems += rules.launch_problems(engine, args, env, f"{where}.")
     spec = ProfileSpec(
         name=name,
         engine=engine,

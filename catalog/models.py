@@ -256,7 +256,7 @@ class Profile(models.Model):
             problems.append("the environment must map names to string values")
         else:
             args = self.engine_args if isinstance(self.engine_args, list) else []
-            problems += rules.launch_problems([a for a in args if isinstance(a, str)], self.env)
+            problems += rules.launch_problems(self.engine, [a for a in args if isinstance(a, str)], self.env)
         if problems:
             raise ValidationError(problems)
 

@@ -12,6 +12,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
+# What a profile may hand its engine (engine_args, env) is one rule that the agent applies again before
+# it starts an engine, so it lives where the agent may import it; the catalog's callers reach it here.
+from agent.launch_rules import launch_problems as launch_problems
+
 ENGINES = {"vllm": "vLLM", "llamacpp": "llama.cpp", "sglang": "SGLang"}
 CPU_CLASS = "cpu"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -117,120 +121,3 @@ def fingerprint(definition: Mapping) -> str:
     """
     body = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-# --- what a profile may hand its engine -------------------------------------------------------
-#
-# A profile's env and engine_args reach a process on every node the model is
-# placed on. They may tune the engine; they may not load code of their
-# choosing into it, undo the address and key the agent gives it (which is
-# what keeps budgets and rate limits in front of every engine), or make it
-# log requests, whose tails reach the control plane (``Shard.error``).
-
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Python reads these and runs nothing: a profile may set them.
-PYTHON_ENV_ALLOWED = frozenset(
-    {"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING"}
-    | {"PYTHONUTF8", "PYTHONWARNDEFAULTENCODING", "PYTHONNODEBUGRANGES"}
-)
-CODE_ENV = {
-    "NODE_OPTIONS": "loads code into Node.js",
-    "BASH_ENV": "names a script every bash runs",
-    "ENV": "names a script every sh runs",
-    "PERL5OPT": "loads code into Perl",
-    "PERL5LIB": "chooses where Perl loads code from",
-    "PERLLIB": "chooses where Perl loads code from",
-    "RUBYOPT": "loads code into Ruby",
-    "RUBYLIB": "chooses where Ruby loads code from",
-    "GCONV_PATH": "makes the C library load modules from a directory",
-    "PATH": "chooses which programs run, the engine itself included",
-}
-CODE_ENV_PREFIXES = {
-    "LD_": "the dynamic linker loads libraries by it",
-    "DYLD_": "the dynamic linker loads libraries by it",
-    "LLMGW_": "it is reserved for what placement tells the agent",
-}
-BINDING_ENV = {
-    "VLLM_API_KEY": "the agent sets the replica's key itself",
-    "API_KEY": "llama.cpp's server takes its key from it, which the agent sets",
-    "HOST": "llama.cpp's server listens where it says, over the address the agent gives",
-    "PORT": "llama.cpp's server listens where it says, over the port the agent gives",
-    "CONFIG_FILE": "llama.cpp's server then takes every setting from that file, address and key included",
-}
-# Compared by name with '_' read as '-', and by prefix: argparse takes an
-# unambiguous abbreviation (``--ho`` for ``--host``) unless told otherwise.
-ENGINE_FLAGS = {
-    "host": "the agent binds the engine to the node's advertised address",
-    "port": "the agent chooses the port",
-    "api-key": "the agent gives the engine the replica's key",
-    "admin-api-key": "the agent gives the engine the replica's key",
-    "uds": "the engine must listen where the gateway can reach it, with the key",
-    "config": "the engine then reads its arguments from a file, address and key included",
-    "config-file": "the engine then reads its settings from a file, address and key included",
-    "middleware": "it imports code into the engine's server",
-    "tool-parser-plugin": "it runs a Python file in the engine",
-    "reasoning-parser-plugin": "it runs a Python file in the engine",
-    "logits-processors": "it imports code into the engine",
-    "worker-cls": "it imports code into the engine",
-    "worker-extension-cls": "it imports code into the engine",
-    "enable-custom-logit-processor": "it lets every client send code for the engine to run",
-    "enable-log-requests": "the engine would log prompts, and its log reaches the control plane",
-    "enable-log-outputs": "the engine would log completions, and its log reaches the control plane",
-    "log-requests": "the engine would log prompts, and its log reaches the control plane",
-    "log-requests-level": "the engine would log prompts, and its log reaches the control plane",
-}
-
-
-def env_problem(name: str, value: str) -> str | None:
-    """Why a profile may not set this variable for its engine; None when it may."""
-    if not ENV_NAME_RE.match(name):
-        return "is not a variable name (letters, digits and '_', not starting with a digit)"
-    if "\0" in value:
-        return "holds a NUL character, which no environment can carry"
-    upper = name.upper()
-    if upper.startswith("PYTHON") and upper not in PYTHON_ENV_ALLOWED:
-        return "Python loads code or chooses where code comes from by it"
-    for prefix, why in CODE_ENV_PREFIXES.items():
-        if upper.startswith(prefix):
-            return why
-    return CODE_ENV.get(upper) or BINDING_ENV.get(upper)
-
-
-def flag_name(arg: str) -> str | None:
-    """``--Api_Key=x`` → ``api-key``; None for a value rather than a flag."""
-    if not arg.startswith("-") or arg in ("-", "--") or arg[1:2].isdigit():
-        return None
-    return arg.lstrip("-").split("=", 1)[0].replace("_", "-").lower()
-
-
-def engine_arg_problem(arg: str) -> str | None:
-    """Why a profile may not pass this argument to its engine; None when it may."""
-    if "\0" in arg:
-        return "holds a NUL character, which no command line can carry"
-    name = flag_name(arg)
-    if not name:
-        return None
-    if name in ENGINE_FLAGS:
-        return ENGINE_FLAGS[name]
-    if arg.startswith("--"):  # only long options are abbreviated
-        for flag, why in ENGINE_FLAGS.items():
-            if flag.startswith(name):
-                return f"argparse reads it as --{flag}: {why}"
-    return None
-
-
-def launch_problems(engine_args: Iterable[str], env: Mapping[str, str], where: str = "") -> list[str]:
-    """What a profile's ``engine_args`` and ``env`` may not say, each naming the entry at fault.
-
-    ``where`` prefixes each field's path (``profiles[0].``).
-    """
-    problems = []
-    for i, arg in enumerate(engine_args):
-        why = engine_arg_problem(arg)
-        if why:
-            problems.append(f"{where}engine_args[{i}] {arg[:80]!r} is refused: {why}")
-    for name, value in env.items():
-        why = env_problem(name, value)
-        if why:
-            problems.append(f"{where}env.{name[:80]} is refused: {why}")
-    return problems

@@ -23,6 +23,10 @@ from gateway import anthropic, responses
 INT32_MAX = 2**31 - 1
 COUNTS = {"max_tokens": INT32_MAX, "max_completion_tokens": INT32_MAX, "n": 128, "best_of": 128}
 TEXT_PARTS = {"text": "text", "refusal": "refusal", "input_text": "text", "output_text": "text"}
+# A media part's URL is fetched by the engine: an http(s) URL over the network, a data: URL from the
+# body. Any other (file://, a bare path) the engine would read from its node's own disk, which vLLM does
+# under --allowed-local-media-path (agent/launch_rules.py keeps that directory narrow; this keeps it shut).
+MEDIA_URL_SCHEMES = ("http", "https", "data")
 
 
 def problem(endpoint: str, body: dict[str, Any]) -> str | None:
@@ -109,7 +113,22 @@ def _part(part: Any, where: str) -> str | None:
     field = TEXT_PARTS.get(kind)
     if field and not isinstance(part.get(field), str):
         return f"{where}.{field} must be text, not {_kind(part.get(field))}"
+    if kind.endswith("_url"):
+        return _media_url(part.get(kind), f"{where}.{kind}")
     return None
+
+
+def _media_url(value: Any, where: str) -> str | None:
+    """Why a media part's URL (``{"url": …}`` or the URL itself) may not reach the engine, or None."""
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str):
+        return None  # no URL: the engine refuses the part itself
+    scheme, colon, _ = url.partition(":")
+    if colon and scheme.lower() in MEDIA_URL_SCHEMES:  # " http:" too is refused: not every parser strips it
+        return None
+    return (
+        f"{where} must be an http(s) or data: URL, not {url[:40]!r}: the engine would read any other from its own node"
+    )
 
 
 def _completions(body: dict[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ gateway names it so upstream). Adapters added later wait for the replica's
 next start: llmgw loads adapters at runtime into vLLM only.
 
 Requests stay out of the log: SGLang logs them only when given
-``--log-requests``, which profiles may not pass (catalog.rules).
+``--log-requests``, which profiles may not pass (agent.launch_rules).
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ A shard's life, each step reported in the heartbeat's shard status:
    answer), each the time so far while it lasts, and ``weights_local`` once
    the fetch is over (true: nothing had to be downloaded). The control plane
    keeps the finished ones to estimate the next cold start.
-4. ``failed``: the fetch failed, the engine exited, or it never answered
-   within the start timeout; the error comes with the log's last lines. A
+4. ``failed``: its arguments or environment are outside the allow-list
+   (agent.launch_rules: nothing is fetched or started), the fetch failed,
+   the engine exited, or it never answered within the start timeout; the
+   error comes with the log's last lines. A
    failed shard is not restarted here: the control plane decides what next.
 5. ``stopping``: no longer in the heartbeat answer: SIGTERM to the engine's
    process group, then SIGKILL after the stop timeout. Once gone, the shard
@@ -50,6 +52,7 @@ from urllib.parse import unquote, urlparse
 
 import httpx
 
+from agent.launch_rules import launch_problems
 from agent.supervisor.engines import engine
 from agent.supervisor.fetch import FetchError, Progress, download_dir, fetch
 from agent.supervisor.llamacpp import CannotStart
@@ -231,6 +234,12 @@ class Supervisor:
         module = engine(spec.engine)
         if module is None:
             self._fail(run, f"engine {spec.engine!r} is not one this agent can run")
+            return
+        # The catalog refused these already; checked again so that no control plane, older or tampered
+        # with, starts an engine with arguments or environment outside the allow-list.
+        refused = launch_problems(spec.engine or "", spec.engine_args, spec.environment, placed=True)
+        if refused:
+            self._fail(run, "not started: " + "; ".join(refused))
             return
         run.lora = getattr(module, "LORA", False)
         try:

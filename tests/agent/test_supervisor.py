@@ -314,6 +314,42 @@ def test_an_unknown_engine_or_bad_source_fails_the_shard(tmp_path):
     run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("engine", "extra"),
+    [
+        ("vllm", {"env": {"CUDA_INJECTION64_PATH": "/tmp/evil.so"}}),
+        ("vllm", {"env": {"HF_ENDPOINT": "http://evil.example"}}),
+        ("vllm", {"engine_args": ["--allowed-local-media-path", "/"]}),
+        ("vllm", {"engine_args": ["--tokenizer", "other/repo", "--trust-remote-code"]}),
+        ("sglang", {"env": {"OPENSSL_CONF": "/tmp/o.cnf"}}),
+        ("llamacpp", {"engine_args": ["--lora_path", "/models/adapter.gguf"]}),
+        ("fake", {"env": {"VLLM_PLUGINS": "evil"}}),
+    ],
+)
+def test_the_agent_starts_nothing_outside_the_allow_list_whatever_the_control_plane_sends(
+    tmp_path, monkeypatch, engine, extra
+):
+    """Defence in depth: an older or tampered control plane's assignment fails the shard before any fetch."""
+    monkeypatch.setitem(engines.ENGINES, "fake", fake_engine(tmp_path))
+    fetched = []
+
+    async def no_fetch(*args):
+        fetched.append(args)
+        raise fetch.FetchError("fetched")
+
+    monkeypatch.setattr("agent.supervisor.supervisor.fetch", no_fetch)
+
+    async def scenario():
+        sup = Supervisor(work_dir=tmp_path / "work", advertise_host="127.0.0.1")
+        placed = {"CUDA_VISIBLE_DEVICES": "0", "LLMGW_NODE_RANK": "0", "LLMGW_NNODES": "1", "LLMGW_MASTER_NODE": "a"}
+        sup.apply([assignment(tmp_path, engine=engine, **{**extra, "env": {**placed, **extra.get("env", {})}})])
+        failed = await wait_for(sup, "failed", timeout=5)
+        assert failed["error"].startswith("not started: ") and " is refused: " in failed["error"]
+        assert fetched == [] and sup.runs["r1-0"].proc is None
+
+    run(scenario())
+
+
 # --- the engine's address and key ---------------------------------------------------------
 
 KEYED_ENGINE = """

@@ -127,7 +127,7 @@ def test_a_stored_profile_reads_back_as_the_spec_it_was_written_from():
             "tp": 2,
             "pool": "gold",
             "engine_args": ["--max-model-len", "8192"],
-            "env": {"VLLM_USE_V1": "1", "A": "b"},
+            "env": {"VLLM_USE_V1": "1", "OMP_NUM_THREADS": "4"},
         },
         {"name": "cpu", "engine": "llamacpp", "gpu_class": "cpu", "gpus": 0, "memory_gb": 8},
     ]
@@ -149,8 +149,12 @@ def test_the_fingerprint_is_taken_over_the_spec_and_kept_with_the_row():
 def test_a_row_takes_a_spec_back_whole():
     """Profile.take is the inverse of Profile.spec: what a row takes is what it reads back."""
     spec, _ = parse_definition(
-        definition(profiles=[{"name": "p", "engine": "vllm", "gpu_class": "h100-80g", "env": {"A": "b"}, "pool": "x"}])
+        definition(
+            profiles=[
+                {"name": "p", "engine": "vllm", "gpu_class": "h100-80g", "env": {"OMP_NUM_THREADS": "4"}, "pool": "x"}
+            ]
+        )
     )
     row = Profile()
     row.take(spec.profiles[0])
-    assert row.spec() == spec.profiles[0] and row.env == {"A": "b"} and row.engine_args == []
+    assert row.spec() == spec.profiles[0] and row.env == {"OMP_NUM_THREADS": "4"} and row.engine_args == []

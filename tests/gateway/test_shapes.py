@@ -109,3 +109,33 @@ def test_what_no_engine_would_serve_is_named_by_its_path(endpoint, request_body,
 )
 def test_what_real_clients_send_passes(endpoint, request_body):
     assert shapes.problem(endpoint, {"model": "m", **request_body}) is None
+
+
+def _media(kind: str, url: str, nested: bool) -> dict:
+    part = {"type": kind, kind: {"url": url} if nested else url}
+    return {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, part]}]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["image_url", "video_url", "audio_url"]),
+    st.one_of(
+        st.sampled_from(["file", "FILE", " file", "ftp", "gopher", "s3", "hf", "jar", "local"]),
+        st.from_regex(r"[A-Za-z][A-Za-z0-9+.-]{0,8}", fullmatch=True),
+    ),
+    st.sampled_from(["///etc/passwd", "/etc/shadow", "//host/share", "data/x.png"]),
+    st.booleans(),
+)
+def test_a_media_url_the_engine_would_read_from_its_own_disk_is_refused(kind, scheme, rest, nested):
+    """vLLM reads file:// media under --allowed-local-media-path; only http(s) and data: URLs are passed on."""
+    found = shapes.problem("chat/completions", _media(kind, f"{scheme}:{rest}", nested))
+    if scheme.lower() in ("http", "https", "data"):
+        assert found is None
+    else:
+        assert found is not None and found.startswith(f"messages[0].content[1].{kind}")
+    assert shapes.problem("chat/completions", _media(kind, "/etc/passwd", nested)) is not None
+
+
+@pytest.mark.parametrize("url", ["https://example.com/cat.png", "http://10.0.0.5/x.jpg", "data:image/png;base64,AAAA"])
+def test_media_by_http_or_data_url_passes(url):
+    assert shapes.problem("chat/completions", _media("image_url", url, True)) is None

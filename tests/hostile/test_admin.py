@@ -41,7 +41,7 @@ ADDED = {
             "tp": 1,
             "pp": 1,
             "pool": "batch",
-            "engine_args": ["--ctx-size", "4096"],
+            "engine_args": ["--n_ctx", "4096"],
             "env": {"OMP_NUM_THREADS": "2"},
         }
     ],
