@@ -76,11 +76,15 @@ class PlacementChanged(TypedDict):
     lost: int
     reaped: int
     parked: int
+    timed_out: int
+    """Replicas failed for not being ready by their start deadline (placement.scheduling.startdeadline)."""
     stale: int
     explained: int
     scaled: int
     """Models whose desired count the autoscaler changed."""
     waiting: int  # replicas on lost nodes left for a later pass by the move rate
+    vanished: int
+    """Writes undone because a row they pointed at was deleted under the pass (core.vanished)."""
 
 
 class Batch(TypedDict):

@@ -97,10 +97,12 @@ def expected(node: Node) -> dict[str, dict]:
                 "lost": 0,
                 "reaped": 0,
                 "parked": 0,
+                "timed_out": 0,
                 "stale": 0,
                 "explained": 1,
                 "scaled": 0,
                 "waiting": 0,
+                "vanished": 0,
             },
         },
     }

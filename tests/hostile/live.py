@@ -114,6 +114,9 @@ def server_env(data: Path, admin: str, gateway: str, database_url: str) -> dict[
         LLMGW_GATEWAY_FLUSH_EVERY_S="0.01",
         LLMGW_GATEWAY_REFRESH_S="0.2",
         LLMGW_GATEWAY_TOUCH_EVERY_S="3600",
+        # A node's mutants are sent back to back: the rate of full reports would refuse all but one a second
+        # before their bodies are read. That limit holds in tests/agentapi/test_report_storms.py.
+        LLMGW_REPORT_MIN_INTERVAL_S="0",
         PYTHONUNBUFFERED="1",
     )
     return env
