@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentapi.limits import REVOKED, SEND_BEARER
 from core.compiled import CompiledQuery
-from core.credentials import hash_token
+from core.credentials import bearer_secret, hash_token
 from inventory.models import JoinToken, Node
 
 # Every registration reads its join token, every changed report and scan its node: compiled once (core.compiled).
@@ -25,11 +25,11 @@ class Refused(Exception):
 
 
 def bearer(request) -> str:
-    header = request.headers.get("Authorization", "")
-    scheme, _, secret = header.partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
+    """The request's bearer secret (core.credentials.bearer_secret); a 401 saying what to send when it has none."""
+    secret = bearer_secret(request.headers.get("Authorization", ""))
+    if secret is None:
         raise Refused(401, SEND_BEARER)
-    return secret.strip()
+    return secret
 
 
 def check_join_token(secret: str) -> str:

@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 
 from agentapi.limits import HEARTBEAT_LIMIT, REPORT_LIMIT, REVOKED, SEND_BEARER, USE_POST, too_large
 from core import dbpool, jsonbody, jsontext
+from core.credentials import bearer_secret
 from core.errors import DATABASE_DOWN, DATABASE_RETRY_AFTER_S, first_line
 from inventory.writes import heartbeats
 from inventory.writes.heartbeats import desk
@@ -85,13 +86,6 @@ def _lookup(secret: str) -> heartbeats.NodeRef | None:
         return desk.lookup(secret)
     finally:
         dbpool.give_back()
-
-
-def bearer_secret(authorization: str) -> str | None:
-    """The credential of an ``Authorization: Bearer <token>`` header's value; None for any other."""
-    scheme, _, secret = authorization.partition(" ")
-    secret = secret.strip()
-    return secret if scheme.lower() == "bearer" and secret else None
 
 
 def checked_beat(body: bytes) -> tuple[Any, str | None]:

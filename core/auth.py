@@ -6,7 +6,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
 from core import access
-from core.credentials import hash_token
+from core.credentials import bearer_secret, hash_token
 from core.models import ApiToken
 
 # Writing last_used_at on every request would turn each read into a write;
@@ -21,11 +21,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate(self, request):
         header = authentication.get_authorization_header(request).decode("latin-1")
-        scheme, _, secret = header.partition(" ")
-        if scheme.lower() != self.keyword:
-            return None
-        secret = secret.strip()
-        if not secret:
+        secret = bearer_secret(header)
+        if secret is None:
+            if header.partition(" ")[0].lower() != self.keyword:
+                return None  # another scheme: another authenticator's (a session)
             raise exceptions.AuthenticationFailed("the Authorization header has no token after 'Bearer'")
         token = ApiToken.objects.select_related("user").filter(digest=hash_token(secret)).first()
         if token is None or token.revoked_at is not None:

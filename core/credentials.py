@@ -53,6 +53,19 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def bearer_secret(authorization: str) -> str | None:
+    """The secret of an ``Authorization: Bearer <secret>`` header's value, or None for any other.
+
+    The one reading of the header, for the admin API (core.auth), the agents'
+    endpoints on both lanes (agentapi) and the gateway: the scheme in any
+    case, one space, the secret with the white space around it stripped.
+    None when the scheme is another or the secret is empty.
+    """
+    scheme, _, secret = authorization.partition(" ")
+    secret = secret.strip()
+    return secret if scheme.lower() == "bearer" and secret else None
+
+
 def same_digest(stored: str, wanted: str) -> bool:
     """Whether two digests are equal, compared in constant time."""
     return hmac.compare_digest(stored, wanted)

@@ -20,6 +20,7 @@ import json
 import logging
 
 from core import errors as core_errors
+from core.credentials import bearer_secret
 from gateway import anthropic, conf, errors
 from gateway.proxy import ENDPOINTS, Gateway
 
@@ -33,8 +34,7 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
     """The client's key: ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` as Anthropic's clients send it."""
     for name, value in headers:
         if name == b"authorization":
-            scheme, _, secret = value.decode("latin-1").partition(" ")
-            return secret.strip() if scheme.lower() == "bearer" else ""
+            return bearer_secret(value.decode("latin-1")) or ""
     for name, value in headers:
         if name == b"x-api-key":
             return value.decode("latin-1").strip()

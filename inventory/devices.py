@@ -12,6 +12,7 @@ reason, so the fleet does not look smaller than it is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -67,15 +68,33 @@ def devices(gpus: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def held_reason(gpu: Mapping[str, Any]) -> str | None:
     """Why a healthy device is out of placement, or None."""
-    if gpu["parent_index"] is None and gpu["index"] < MIG_INDEX_BASE and _mig_enabled(gpu.get("mig_mode")):
+    if gpu["parent_index"] is None and gpu["index"] < MIG_INDEX_BASE and mig_enabled(gpu.get("mig_mode")):
         return HELD_MIG_EMPTY
     if gpu["parent_index"] is not None and not gpu.get("mig_uuid"):
         return HELD_NO_MIG_UUID
     return None
 
 
-def _mig_enabled(mode: str | None) -> bool:
-    return (mode or "").strip().lower() in ("enabled", "enable", "on", "true")
+MIG_ON_WORDS = ("enabled", "enable", "on", "true")
+"""The words a card's current MIG mode is on in, as drivers and the agent spell it (any case)."""
+
+
+def mig_enabled(mode: str | None) -> bool:
+    """Whether a card is in MIG mode now: the one rule, for the counts, the scheduler and the SQL that counts.
+
+    A mode is its current word and, when a change waits for a GPU reset, what
+    is pending: ``enabled (pending disable)`` is in MIG mode until the reset
+    (its whole card cannot be handed out), ``disabled (pending enable)`` is
+    not. So the rule reads the leading ASCII letters of the mode, with
+    whatever Python strips around it stripped, in any case. The migration
+    that counts devices in PostgreSQL (inventory 0015) reads it the same way;
+    tests/inventory/test_device_counts.py holds the two equal for any text.
+    """
+    word = _LEADING_WORD.match((mode or "").strip())
+    return word is not None and word.group().lower() in MIG_ON_WORDS
+
+
+_LEADING_WORD = re.compile(r"[A-Za-z]*")
 
 
 def count_by_class(gpus: Iterable[Mapping[str, Any]], used: set[int]) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ import logging
 from agentapi import fast
 from agentapi.limits import HEARTBEAT_LIMIT
 from core import jsontext
+from core.credentials import bearer_secret
 from inventory.writes import heartbeats
 from inventory.writes.heartbeats import desk
 from llmgw.listener_protocol import BoundedHttpProtocol
@@ -107,7 +108,7 @@ class AdminHttpProtocol(BoundedHttpProtocol):
                 return None
         if length is None or not length.isdigit() or int(length) > HEARTBEAT_LIMIT or authorization is None:
             return None
-        secret = fast.bearer_secret(authorization.decode("latin-1"))
+        secret = bearer_secret(authorization.decode("latin-1"))
         ref = None if secret is None else desk.cached(secret)
         if ref is None:
             return None  # a lookup, a 401: the ASGI way has the words and the thread for them

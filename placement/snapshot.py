@@ -22,7 +22,7 @@ from catalog.reads import source_refers_to
 from core.fingerprints import group_fingerprint, group_fingerprints, row_fingerprint
 from core.jsonrows import DecodedOnce, PerValue, values_decoded_once, values_list_as_text
 from inventory import fabric_inventory, failure_rules
-from inventory.devices import held_indices
+from inventory.devices import held_indices, mig_enabled
 from inventory.fabrics import FabricReport
 from inventory.loss_settings import loss_rules
 from inventory.models import GPU, CardHold, Node, NVLinkDomain
@@ -354,8 +354,14 @@ def card_peers(peers: Any) -> frozenset[int] | None:
 
 
 def card_problems(health: Any) -> tuple[str, ...]:
-    """A card's stored health problems, in words; empty when it has none."""
-    return tuple(str(p) for p in (health or []))
+    """A card's stored health problems, in words; empty when it has none.
+
+    Unhealthy is a health Python reads as true, as the counts read it (inventory.devices): ingestion stores a
+    list of problems, and anything else true that a row holds is one problem, never a crash of the snapshot.
+    """
+    if not health:
+        return ()
+    return tuple(str(p) for p in (health if isinstance(health, list) else [health]))
 
 
 def gpu_info(
@@ -383,7 +389,7 @@ def gpu_info(
         nvlink_peers=peers_of(g["nvlink_peers"]),
         parent=parent,
         mig_uuid=g["mig_uuid"],
-        mig_mode=parent is None and g["mig_mode"].startswith("enabled"),
+        mig_mode=parent is None and mig_enabled(g["mig_mode"]),
         fabric_state=g["fabric_state"],
         fabric_status=g["fabric_status"],
         domain=None if domain is None else NVLinkDomain.key_of(g["domain__cluster_uuid"], g["domain__clique_id"]),
