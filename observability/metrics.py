@@ -44,12 +44,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 from rest_framework import exceptions
 
+from agent import nvlink_rules
 from catalog.models import CatalogModel
 from core import access, cycles, dbtimes, histograms
 from core.auth import BearerTokenAuthentication
 from core.models import Finding
 from gateway import metrics as gateway_metrics
-from inventory import nvlink_rules
 from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
 from observability import exposition as exposition_text

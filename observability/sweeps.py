@@ -47,11 +47,12 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
+from agent import nvlink_rules
 from catalog.models import CatalogModel
 from core import cycles
 from core.jsonrows import values_decoded_once
 from core.models import Finding, Severity
-from inventory import fabrics, failure_rules, health_rules, nvlink_rules
+from inventory import fabrics, failure_rules, health_rules
 from inventory.devices import mig_label
 from inventory.fabric_inventory import sm_inventory
 from inventory.loss_settings import loss_rules

@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent import nvlink_rules
 from agent.discovery import nvidia_smi as smi
 from agent.discovery.topo import Topology
 
@@ -253,21 +254,17 @@ def fabric_problems(facts: FabricFacts) -> list[str]:
     return problems
 
 
-def joined_domain(fabric: dict[str, Any] | None) -> tuple[str, int] | None:
-    """The NVLink domain (cluster UUID, clique id) a card has joined, or None.
+def joined_domain(fabric: dict[str, Any] | None) -> nvlink_rules.DomainKey | None:
+    """The NVLink domain (cluster UUID, clique id) a card's fabric report says it has joined, or None.
 
-    Joined means registration Completed with status Success and a non-zero
-    cluster UUID; an all-zero UUID is a single machine's NVSwitch (HGX), which
-    is no domain. Degraded bandwidth still counts as joined.
+    The control plane's rule (agent.nvlink_rules.joined_key), so what ``discover``
+    and ``doctor`` say of a card is what ingestion and placement make of it.
     """
-    if not fabric or fabric.get("state") != "Completed":
+    if not fabric:
         return None
-    if str(fabric.get("status", "")).lower() != "success":
-        return None
-    uuid, clique = fabric.get("cluster_uuid"), fabric.get("clique_id")
-    if not uuid or clique is None or uuid.replace("-", "").strip("0") == "":
-        return None
-    return uuid, int(clique)
+    return nvlink_rules.joined_key(
+        fabric.get("state"), fabric.get("status"), fabric.get("cluster_uuid"), fabric.get("clique_id")
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.discovery import gpus
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
 
@@ -128,16 +130,9 @@ def _grouped(name: str, verdicts: list[tuple[str, tuple[str, str, str]]]) -> lis
 
 
 def joined_domain(fabric: dict[str, Any] | None) -> str | None:
-    """``<ClusterUUID>/<CliqueId>`` of the domain a card has joined, or None (DESIGN.md's rule).
-
-    Mirrors agent.discovery.gpus.joined_domain, as a string for sentences.
-    """
-    if not fabric or fabric.get("state") != "Completed" or str(fabric.get("status", "")).lower() != "success":
-        return None
-    uuid = str(fabric.get("cluster_uuid") or "")
-    if not uuid.replace("-", "").strip("0"):
-        return None
-    return f"{uuid}/{fabric.get('clique_id', 0)}"
+    """``<ClusterUUID>/<CliqueId>`` of the domain a card has joined, or None: the one rule (agent.nvlink_rules)."""
+    key = gpus.joined_domain(fabric)
+    return None if key is None else key.text
 
 
 def _size(n: int) -> str:

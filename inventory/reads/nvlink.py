@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from django.db.models import Q
 
+from agent import nvlink_rules
 from core import cycles
-from inventory import nvlink_rules
 from inventory.devices import mig_label
 from inventory.models import GPU, Node, NVLinkDomain
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from django.db import transaction
 
+from agent import nvlink_rules
 from agent.protocol import report_digest
 from core.rowinsert import insert_rows
-from inventory import nvlink_rules
 from inventory.models import GPU, IBPort, Node, NVLinkDomain, SubnetManagerChange
 from inventory.writes import health
 
@@ -52,7 +52,7 @@ class IngestResult:
 
 
 def joined_domain(fabric: dict | None) -> nvlink_rules.DomainKey | None:
-    """The NVLink domain a card's report says it has joined, or None (the rule: inventory.nvlink_rules)."""
+    """The NVLink domain a card's report says it has joined, or None (the rule: agent.nvlink_rules)."""
     if not fabric:
         return None
     return nvlink_rules.joined_key(

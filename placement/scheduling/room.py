@@ -16,8 +16,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from agent import nvlink_rules
 from catalog.rules import CPU_CLASS
-from inventory import nvlink_rules
 from placement.scheduling.types import (
     CORDONED,
     DRAINING,

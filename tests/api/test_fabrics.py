@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agent import nvlink_rules as R
 from agent.simulator import fleet as F
-from inventory import nvlink_rules as R
 from inventory.models import GPU, Node, SubnetManagerChange
 from inventory.writes.ingest import ingest_report
 from tests.api.fleet import ingest, ingest_fleet
@@ -69,7 +69,7 @@ def test_a_tray_whose_registration_failed_is_listed_with_the_status_not_dropped(
 
 
 def test_a_report_spelling_the_fabric_in_another_case_joins_the_same_domain(operator, rack):
-    """Completed/Success and the ClusterUUID compared case- and space-blind, as inventory.nvlink_rules does."""
+    """Completed/Success and the ClusterUUID compared case- and space-blind, as agent.nvlink_rules does."""
     sim = rack["nvl72-00-tray-02"]
     report = sim.report()
     for gpu in report["gpus"]:

@@ -17,9 +17,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agent import nvlink_rules
 from agent.simulator import fleet as F
 from core.jsonrows import values_decoded_once
-from inventory import health_rules, nvlink_rules
+from inventory import health_rules
 from inventory.fabric_inventory import analyze_inventory
 from inventory.models import GPU, Node, NVLinkDomain
 from observability import sweeps

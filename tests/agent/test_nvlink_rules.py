@@ -1,4 +1,4 @@
-"""The NVLink fabric rules (inventory.nvlink_rules), over the raw values nvidia-smi and NVML report.
+"""The NVLink fabric rules (agent.nvlink_rules), over the raw values nvidia-smi and NVML report.
 
 Two kinds of property:
 
@@ -19,8 +19,8 @@ import uuid as uuidlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inventory import nvlink_rules as R
-from inventory.nvlink_rules import DomainKey
+from agent import nvlink_rules as R
+from agent.nvlink_rules import DomainKey
 
 ZERO = "00000000-0000-0000-0000-000000000000"
 # What the agent reports (agent.discovery.gpus: states title-cased, UUIDs lower-cased, N/A as Not Supported).
