@@ -21,7 +21,7 @@ from inventory.reachability import SweepResult
 from inventory.writes.ingest import IngestResult
 from observability import signals as observability_signals
 from observability.sweeps import Recorded
-from placement import signals as placement_signals
+from placement import outgoing as placement_outgoing
 from placement.writes.reconciler import Result
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ CONNECTIONS = [
     (inventory_signals.nodes_came_back, on_nodes_came_back),
     (inventory_signals.reachability_changed, on_reachability_changed),
     (observability_signals.findings_changed, on_findings_changed),
-    (placement_signals.placement_changed, on_placement_changed),
+    (placement_outgoing.placement_changed, on_placement_changed),
 ]
 
 

@@ -16,8 +16,7 @@ is covered by one more, queued when the window ends. (A heartbeat flush that
 found 300 nodes back had queued 300 reconciles, one per node, and spent most
 of its time doing so.)
 
-The other direction too: ``placement_changed`` is the signal placement
-sends when a reconcile changed something, for the apps above to hear.
+The other direction, what placement tells the apps above, is placement.outgoing.
 """
 
 from __future__ import annotations
@@ -28,18 +27,12 @@ import time
 from collections.abc import Callable
 
 from django.db import transaction
-from django.dispatch import Signal
 
 from core import outage
 from placement.tasks import reconcile
 
 log = logging.getLogger(__name__)
 COALESCE_S = 0.5
-
-# A reconcile changed replicas or explanations, sent once its transaction committed, for the apps above
-# (the console's live pages, dashboard.receivers) to hear without placement importing them.
-# ``sender``: placement.models.Replica; ``result``: the placement.writes.reconciler.Result.
-placement_changed = Signal()
 
 
 class _Coalescer:

@@ -134,3 +134,77 @@ def test_the_layers_contract_has_no_exceptions() -> None:
     assert "ignore_imports" not in contract and "unmatched_ignore_imports_alerting" not in contract
     named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
     assert named == {*APPS, "llmgw"}
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each project module and the project modules its top level imports (``from a import b`` counts a.b if a module)."""
+    modules = {_module_of(p): p for p in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            for target in _imported(node) or []:
+                names = [f"{target}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                found.update(n for n in names if n in modules)
+                # ``from package import submodule`` is an import of the submodule; anything else, of the target.
+                if target in modules and not (names and all(n in modules for n in names)):
+                    found.add(target)
+        graph[name] = found - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    groups: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """A reader follows imports one way; a circle (placement.signals → tasks → writes.reconciler → signals) hides
+    which module is below which, and works only while nobody reorders an import."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

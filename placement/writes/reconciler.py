@@ -60,7 +60,7 @@ from catalog.models import CatalogModel
 from core import tracing
 from core.models import AuditEntry
 from core.vanished import keys_checked_at_once, unless_gone
-from placement import signals
+from placement import outgoing
 from placement import snapshot as snap
 from placement.models import Demand, NodeLossMove, PlacementExplanation, Replica, ReplicaState, Shard
 from placement.moves import moves_per_minute
@@ -370,6 +370,6 @@ def _explain(decided: Plan, loaded: snap.Loaded, now: datetime, result: Result) 
 def _publish(result: Result) -> None:
     """Tell the apps above (the live pages); a page that misses it catches up at its next load."""
     try:
-        signals.placement_changed.send(sender=Replica, result=result)
+        outgoing.placement_changed.send(sender=Replica, result=result)
     except Exception:
         log.exception("could not publish the placement update")

@@ -16,7 +16,7 @@ from inventory.reachability import SweepResult
 from inventory.writes.ingest import IngestResult
 from observability import signals as observability_signals
 from observability.sweeps import Recorded
-from placement import signals as placement_signals
+from placement import outgoing as placement_outgoing
 from placement.writes.reconciler import Result
 from tests.dashboard.test_consumers import open_socket, run_async
 from tests.livespy import IN_MEMORY
@@ -56,7 +56,7 @@ def findings_changed(node: Node) -> tuple[Signal, dict]:
 
 def placement_changed(node: Node) -> tuple[Signal, dict]:
     result = Result(created=["r-1", "r-2"], explained=["m"])
-    return placement_signals.placement_changed, {"sender": None, "result": result}
+    return placement_outgoing.placement_changed, {"sender": None, "result": result}
 
 
 def expected(node: Node) -> dict[str, dict]:
