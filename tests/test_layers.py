@@ -142,7 +142,7 @@ def _module_of(path: Path) -> str:
 
 
 def _import_graph() -> dict[str, set[str]]:
-    """Each project module and the project modules its top level imports (``from a import b`` counts a.b if a module)."""
+    """Each project module and the project modules its top level imports (``from a import b``: a.b if a module)."""
     modules = {_module_of(p): p for p in _sources()}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
