@@ -38,7 +38,7 @@ $(VENV)/.engine: | $(VENV)/.installed
 
 venv: $(VENV)/.installed
 
-## Run llmgw with the embedded defaults (SQLite and a filesystem broker in ./data).
+## Run llmgw with the embedded defaults (its own PostgreSQL and a filesystem broker in ./data).
 run: venv
 	$(BIN)/llmgw serve
 

@@ -90,7 +90,8 @@ class Config:
     """
 
     data_dir: Path
-    database_url: str
+    database_url: str | None
+    """LLMGW_DATABASE_URL; None: the PostgreSQL llmgw runs itself in the data dir (llmgw.embedded_db)."""
     redis_url: str | None
     admin_addr: Address
     gateway_addr: Address
@@ -140,13 +141,12 @@ def check_database_url(value: str) -> str:
     """Refuse a database URL llmgw cannot use, saying what is wrong with it."""
     parts = urlsplit(value)
     scheme = parts.scheme.lower()
-    if scheme in ("sqlite", "sqlite3"):
-        return value
     if scheme not in ("postgres", "postgresql", "pgsql", "postgis"):
+        # SQLite included: llmgw's one database is PostgreSQL (an embedded one when none is given).
         raise ConfigError(
             "LLMGW_DATABASE_URL",
-            f"scheme {parts.scheme or '(none)'!r} is not supported; use postgresql://user@host:5432/name "
-            "or leave it unset for SQLite in the data dir",
+            f"scheme {parts.scheme or '(none)'!r} is not supported; use postgresql://user@host:5432/name, "
+            "or leave it unset for the PostgreSQL llmgw runs itself in the data dir",
         )
     try:
         port = parts.port
@@ -228,33 +228,6 @@ def write_private_file(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
-
-
-def private_sqlite_file(path: Path) -> None:
-    """Make sure the SQLite database at ``path`` and its -wal/-shm/-journal files are mode 0600.
-
-    The database holds every token's hash, the key digests and the audit log;
-    under the usual umask of 022 SQLite would create it 0644, readable by
-    every account on the host. SQLite gives its -wal and -shm files the
-    database file's own mode, so creating that file privately before SQLite
-    opens it is enough for a new install; an existing one (made before this
-    rule, or copied in) is narrowed on every start.
-    """
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        pass
-    except OSError:
-        return  # a folder that is not there or not writable: SQLite's own error says so when it opens it
-    for name in (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_SIDECARS)):
-        try:
-            if name.stat().st_mode & 0o077:
-                os.chmod(name, 0o600)
-        except FileNotFoundError:
-            continue
-
-
 def load_or_create_secret_key(data_dir: Path) -> str:
     """The key generated on first start and kept in the data dir.
 
@@ -317,7 +290,7 @@ def load(env: dict[str, str] | None = None) -> Config:
     """Read and check the configuration; raise ConfigError on the first bad value."""
     env = dict(os.environ if env is None else env)
     data_dir = ensure_data_dir(Path(env.get("LLMGW_DATA_DIR") or Path.cwd() / "data").expanduser().resolve())
-    database_url = check_database_url(env.get("LLMGW_DATABASE_URL") or f"sqlite:///{data_dir / 'llmgw.sqlite3'}")
+    database_url = check_database_url(env["LLMGW_DATABASE_URL"]) if env.get("LLMGW_DATABASE_URL") else None
     redis_url = env.get("LLMGW_REDIS_URL") or None
     if redis_url:
         check_redis_url(redis_url)
@@ -341,7 +314,7 @@ def load(env: dict[str, str] | None = None) -> Config:
         catalog_file=Path(catalog).expanduser() if catalog else None,
         allowed_hosts=hosts or ("*",),
         gateway_workers=_count(env, "LLMGW_GATEWAY_WORKERS", 1, 256),
-        admin_workers=admin_workers(env, database_url, redis_url),
+        admin_workers=admin_workers(env, redis_url),
         admin_db_connections=admin_db_connections(env),
         listener_limits=listener_limits(env),
     )
@@ -373,14 +346,12 @@ def listener_limits(env: Mapping[str, str]) -> ListenerLimits:
     )
 
 
-def admin_workers(env: dict[str, str], database_url: str, redis_url: str | None) -> int:
+def admin_workers(env: dict[str, str], redis_url: str | None) -> int:
     """LLMGW_ADMIN_WORKERS, refused above 1 where the processes could not share what the listener holds.
 
     A live page hears what its own process publishes through the in-memory
     channel layer, so without Redis a second process's registrations and
-    heartbeats would never reach a page served by the first. And several
-    processes writing one SQLite file wait on each other's locks: every
-    heartbeat flush would stall the others' requests.
+    heartbeats would never reach a page served by the first.
     """
     count = _count(env, "LLMGW_ADMIN_WORKERS", 1, 64)
     if count > 1 and redis_url is None:
@@ -388,11 +359,5 @@ def admin_workers(env: dict[str, str], database_url: str, redis_url: str | None)
             "LLMGW_ADMIN_WORKERS",
             f"is {count}, and more than one admin process needs LLMGW_REDIS_URL: without Redis a live page "
             "hears only the updates of the process that serves it",
-        )
-    if count > 1 and database_url.startswith("sqlite"):
-        raise ConfigError(
-            "LLMGW_ADMIN_WORKERS",
-            f"is {count}, and more than one admin process needs PostgreSQL (LLMGW_DATABASE_URL): on SQLite "
-            "each process's writes would wait on the others' locks",
         )
     return count

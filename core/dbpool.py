@@ -41,7 +41,7 @@ IDLE_S = 60.0
 
 
 def pool_this_process(size: int) -> bool:
-    """Pool this process's PostgreSQL connections, at most ``size``; False (nothing changed) on SQLite.
+    """Pool this process's PostgreSQL connections, at most ``size``; True once they are pooled.
 
     Call it before the process opens its first connection: the settings it
     changes are read as a connection is opened, and a connection opened
@@ -49,8 +49,6 @@ def pool_this_process(size: int) -> bool:
     harmless.
     """
     database = settings.DATABASES["default"]
-    if "postgresql" not in database["ENGINE"]:
-        return False
     if database.get("OPTIONS", {}).get("pool"):
         return True
     if connections["default"].connection is not None:

@@ -3,45 +3,31 @@
 Django's PostgreSQL adapter builds an aware datetime in Python for each
 ``timestamptz`` it reads (a regular expression and a ``replace`` per value):
 at 7,900 replicas that was 100 ms of a 260 ms replica list whose only use of
-the times was how many whole seconds ago they were. On PostgreSQL the column
-is read as an integer instead (``EXTRACT(EPOCH ...)`` is exact, a numeric to
-the microsecond, from PostgreSQL 14 on); elsewhere the datetime is read as
-before and converted here, so the answer is the same either way.
+the times was how many whole seconds ago they were. Here the column is read
+as an integer instead (``EXTRACT(EPOCH ...)`` is exact, a numeric to the
+microsecond, from PostgreSQL 14 on).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from django.db import connections
-from django.db.models import BigIntegerField, F, Func, QuerySet
+from django.db.models import BigIntegerField, Func, QuerySet
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 class EpochMicroseconds(Func):
-    """A ``timestamptz`` column as whole microseconds since the epoch (PostgreSQL only; NULL stays NULL)."""
+    """A ``timestamptz`` column as whole microseconds since the epoch (NULL stays NULL)."""
 
     template = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
     output_field = BigIntegerField()
 
 
 def with_microseconds(rows: QuerySet, **columns: str) -> QuerySet:
-    """``rows`` annotated with each of ``columns`` (new name → datetime column) for :func:`microseconds`.
-
-    An integer on PostgreSQL; the datetime itself elsewhere, which :func:`microseconds` converts.
-    """
-    if connections[rows.db].vendor == "postgresql":
-        return rows.annotate(**{name: EpochMicroseconds(column) for name, column in columns.items()})
-    return rows.annotate(**{name: F(column) for name, column in columns.items()})
-
-
-def microseconds(value: int | datetime | None) -> int | None:
-    """What :func:`with_microseconds` read, as microseconds since the epoch (None for NULL)."""
-    if value is None or isinstance(value, int):
-        return value
-    return (value - EPOCH) // _MICROSECOND
+    """``rows`` annotated with each of ``columns`` (new name → datetime column) as microseconds since the epoch."""
+    return rows.annotate(**{name: EpochMicroseconds(column) for name, column in columns.items()})
 
 
 def datetime_of(us: int) -> datetime:

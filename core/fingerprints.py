@@ -9,9 +9,8 @@ reader builds nothing for a row that has not changed.
 
 A fingerprint is the SHA-256 of an unambiguous text of the columns:
 PostgreSQL's text of a ``ROW(...)`` (each value quoted where it needs to be,
-NULL as nothing, so no two different rows give one text), SQLite's
-``json_array(...)`` (Django registers ``SHA256`` on SQLite connections). The columns named are the
-only ones it follows: a column left out may change without a fingerprint
+NULL as nothing, so no two different rows give one text). The columns named
+are the only ones it follows: a column left out may change without a fingerprint
 changing, which is the point (a node's ``last_seen`` moves every second).
 
 SHA-256, not MD5 at the same cost: a node's fingerprint mixes what it
@@ -29,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from django.contrib.postgres.aggregates import StringAgg
-from django.db import connections
 from django.db.models import Aggregate, F, Func, IntegerField, QuerySet, Subquery, TextField, Value, Window
 from django.db.models.expressions import Combinable, RowRange
 
@@ -44,27 +42,15 @@ class RowText(Func):
     """One text for several values, different whenever any value is (NULL and an empty text included)."""
 
     output_field = TextField()
-
-    def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="(ROW(%(expressions)s))::text", **extra)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, function="JSON_ARRAY", **extra)
+    template = "(ROW(%(expressions)s))::text"
 
 
 class Fingerprint(Func):
-    """The SHA-256 of a text, in hex (PostgreSQL's own ``sha256``; the function Django registers on SQLite)."""
+    """The SHA-256 of a text, in hex (PostgreSQL's own ``sha256``)."""
 
     output_field = TextField()
     arity = 1
-
-    def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(
-            compiler, connection, template="ENCODE(SHA256(CONVERT_TO(%(expressions)s, 'UTF8')), 'hex')", **extra
-        )
-
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, function="SHA256", **extra)
+    template = "ENCODE(SHA256(CONVERT_TO(%(expressions)s, 'UTF8')), 'hex')"
 
 
 class _Joined(Aggregate):
@@ -72,12 +58,7 @@ class _Joined(Aggregate):
 
     output_field = TextField()
     window_compatible = True
-
-    def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="STRING_AGG(%(expressions)s, ',')", **extra)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="GROUP_CONCAT(%(expressions)s, ',')", **extra)
+    template = "STRING_AGG(%(expressions)s, ',')"
 
 
 def row_fingerprint(*fields: Field) -> Fingerprint:
@@ -96,15 +77,11 @@ def group_fingerprint(group: str, order: str | tuple[str, ...], *fields: Field) 
     fingerprints, one per group. For small groups only: PostgreSQL works
     out a window's ``STRING_AGG`` again for each of its rows.
     """
-    return _window(group, order, fields)
-
-
-def _window(group: str | None, order: str | tuple[str, ...], fields: tuple[Field, ...]) -> Fingerprint:
     orders = (order,) if isinstance(order, str) else order
     return Fingerprint(
         Window(
             _Joined(RowText(*_expressions(fields))),
-            partition_by=[F(group)] if group is not None else None,
+            partition_by=[F(group)],
             order_by=[F(o).asc() for o in orders],
             frame=RowRange(start=None, end=None),
         )
@@ -114,23 +91,16 @@ def _window(group: str | None, order: str | tuple[str, ...], fields: tuple[Field
 def group_fingerprints(rows: QuerySet, group: str, order: str | tuple[str, ...], *fields: Field) -> dict[Hashable, str]:
     """Each ``group`` of ``rows`` → :func:`group_fingerprint`'s fingerprint of it, without reading the rows.
 
-    On PostgreSQL one row per group (``GROUP BY`` with an ordered
-    ``STRING_AGG``: a window over every row, then ``DISTINCT``, took 1.7 times
-    as long at 71,200 cards); SQLite before 3.44 has no ordered aggregate, so
-    there it is the window's, once per group.
+    One row per group (``GROUP BY`` with an ordered ``STRING_AGG``: a window
+    over every row, then ``DISTINCT``, took 1.7 times as long at 71,200 cards).
     """
     rows = rows.order_by()
-    if connections[rows.db].vendor == "postgresql":
-        return dict(rows.values(group).annotate(fp=_ordered(order, fields)).values_list(group, "fp"))
-    return dict(rows.annotate(fp=group_fingerprint(group, order, *fields)).values_list(group, "fp").distinct())
+    return dict(rows.values(group).annotate(fp=_ordered(order, fields)).values_list(group, "fp"))
 
 
 def set_fingerprint(rows: QuerySet, order: str | tuple[str, ...], *fields: Field) -> str | None:
     """The fingerprint of these columns of all of ``rows``, taken in ``order`` (unique); None when there is no row."""
-    rows = rows.order_by()
-    if connections[rows.db].vendor == "postgresql":
-        return rows.aggregate(fp=_ordered(order, fields))["fp"]
-    return rows.annotate(fp=_window(None, order, fields)).values_list("fp", flat=True).first()
+    return rows.order_by().aggregate(fp=_ordered(order, fields))["fp"]
 
 
 def set_fingerprint_of(rows: QuerySet, order: str | tuple[str, ...], *fields: Field) -> Subquery:
@@ -139,11 +109,9 @@ def set_fingerprint_of(rows: QuerySet, order: str | tuple[str, ...], *fields: Fi
     A subquery of the same statement sees the rows the statement reads (one
     snapshot), so the fingerprint is theirs even while they change.
     """
-    rows = rows.order_by()
-    if connections[rows.db].vendor == "postgresql":
-        one = Value(1, IntegerField())  # an aggregate over every row, in a subquery: one value
-        return Subquery(rows.annotate(one=one).values("one").annotate(fp=_ordered(order, fields)).values("fp"))
-    return Subquery(rows.annotate(fp=_window(None, order, fields)).values("fp")[:1])
+    one = Value(1, IntegerField())  # an aggregate over every row, in a subquery: one value
+    rows = rows.order_by().annotate(one=one).values("one")
+    return Subquery(rows.annotate(fp=_ordered(order, fields)).values("fp"))
 
 
 def _ordered(order: str | tuple[str, ...], fields: tuple[Field, ...]) -> Fingerprint:

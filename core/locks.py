@@ -2,8 +2,7 @@
 
 It is a row lock on the task's TaskRun row, taken with NOWAIT: a second
 worker that finds it held skips this run instead of queueing behind it (the
-next beat comes soon enough). On SQLite, where row locks do not exist, the
-IMMEDIATE transactions the settings ask for serialise the writers instead.
+next beat comes soon enough).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ pipeline mode) and keeps its rows for the connection until the block ends.
 
 A :class:`Sent` is one ``values_list`` queryset sent that way; its rows are
 what ``values_list`` would give (the same SQL, the same converters), read
-only later. Elsewhere (SQLite), and where libpq has no pipeline mode, the
-query runs when it is sent: the same rows, without the overlap.
+only later. Where libpq has no pipeline mode the query runs when it is
+sent: the same rows, without the overlap.
 
 What the block holds must not use the database: a query run inside it waits
 for every query sent before it, which is no worse than not overlapping, but
@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import QuerySet
@@ -34,11 +35,6 @@ from django.db.models.sql.compiler import SQLCompiler
 def overlapped(using: str = "default") -> Iterator[None]:
     """A block whose :class:`Sent` queries the server runs while the block goes on; their rows are in when it ends."""
     database = connections[using]
-    if database.vendor != "postgresql":
-        yield
-        return
-    import psycopg  # only here: SQLite's embedded defaults need no PostgreSQL driver
-
     if not psycopg.Pipeline.is_supported():
         yield
         return

@@ -18,9 +18,6 @@ carry (NaN, infinity, NUL characters) are refused here as PostgreSQL would
 refuse them from the ORM; the callers insert what report_schema has
 already held to its columns. tests/core/test_rowinsert.py holds the rows to
 ``bulk_create``'s over random values.
-
-Elsewhere than PostgreSQL (SQLite, the embedded defaults) it is
-``bulk_create`` itself.
 """
 
 from __future__ import annotations
@@ -43,8 +40,6 @@ def insert_rows(model: type[M], objs: Iterable[M]) -> list[M]:
         return objs
     db = router.db_for_write(model)
     connection = connections[db]
-    if connection.vendor != "postgresql":
-        return model._default_manager.using(db).bulk_create(objs)
     statement = _statement(model, db)
     raw = [[f.pre_save(obj, add=True) for f in statement.fields] for obj in objs]
     if any(hasattr(value, "resolve_expression") for values in raw for value in values):

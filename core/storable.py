@@ -4,7 +4,7 @@ Three things in a decoded JSON value cannot be stored:
 
 - a NUL character: PostgreSQL's text and jsonb refuse it;
 - a lone surrogate (``\\ud800``-``\\udfff`` unpaired): not UTF-8, which
-  neither PostgreSQL nor SQLite can then hold;
+  PostgreSQL cannot then hold;
 - NaN or infinity: Python's JSON reader accepts them, JSON (and jsonb)
   has neither.
 

@@ -12,8 +12,6 @@ instead, and :func:`unless_gone` wraps one write in a savepoint that is rolled
 back, and named, when its key points at nothing. A key checked at once also
 holds the row it points at (PostgreSQL's FOR KEY SHARE) until the commit, so
 what a write found there cannot be deleted before the write is committed.
-SQLite needs neither: its writers take turns (IMMEDIATE transactions), so
-nothing is deleted under a transaction that writes.
 """
 
 from __future__ import annotations
@@ -34,13 +32,10 @@ _GONE = {"23503": "a row it points at was deleted", "40P01": "a deletion of a ro
 
 @contextmanager
 def keys_checked_at_once() -> Iterator[None]:
-    """Inside the block, every foreign key is checked by the statement that writes it (PostgreSQL).
+    """Inside the block, every foreign key is checked by the statement that writes it.
 
     Left as they were (deferred) if the block raises: its transaction is then rolled back anyway.
     """
-    if connection.vendor != "postgresql":
-        yield
-        return
     with connection.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     yield

@@ -127,9 +127,8 @@ class PgPath:
         self._slots = asyncio.Semaphore(size)
 
     @classmethod
-    def for_database(cls, size: int, run_db, alias: str = "default") -> PgPath | None:
-        params = connection_params(alias)
-        return None if params is None else cls(params, size, run_db)
+    def for_database(cls, size: int, run_db, alias: str = "default") -> PgPath:
+        return cls(connection_params(alias), size, run_db)
 
     async def _connect(self) -> psycopg.AsyncConnection:
         conn = await psycopg.AsyncConnection.connect(**self.params)

@@ -42,7 +42,6 @@ from django.utils import timezone
 
 from core import jsonbody, tracing
 from gateway import (
-    admission,
     anthropic,
     coldwait,
     conf,
@@ -93,11 +92,10 @@ def _relax(conn) -> None:
     second of reservations loses nothing a restart would not drop anyway.
     Locks and visibility are unchanged, so no two requests can ever take the
     last of a budget. Usage records and settlements keep full durability:
-    on their own thread's connection (SQLite), or in a transaction that asks
-    for it (gateway.pgpath.PgPath.write).
+    they are written in a transaction that asks for it (gateway.pgpath.PgPath.write).
     """
     raw = conn.connection
-    if conn.vendor == "postgresql" and getattr(_relaxed, "raw", None) is not raw:
+    if getattr(_relaxed, "raw", None) is not raw:
         with conn.cursor() as cursor:
             cursor.execute("SET synchronous_commit TO OFF")
         _relaxed.raw = raw
@@ -155,8 +153,7 @@ class Ticket:
 
 
 class Gateway:
-    def __init__(self, settings=None, redis=None, *, queries_on_loop: bool = True) -> None:
-        """``queries_on_loop`` False keeps every query on the ORM's threads, even on PostgreSQL (for comparison)."""
+    def __init__(self, settings=None, redis=None) -> None:
         self.conf = settings or conf.get()
         self.executor = ThreadPoolExecutor(self.conf.db_threads, thread_name_prefix="gateway-db")
         # Usage is written on a thread of its own: its commits keep full
@@ -168,13 +165,13 @@ class Gateway:
             read_timeout_s=self.conf.upstream_read_timeout_s,
             keys=self.directory.engine_key,  # every engine wants its replica's key
         )
-        self.pg = PgPath.for_database(self.conf.db_threads, self.run_db) if queries_on_loop else None
+        self.pg = PgPath.for_database(self.conf.db_threads, self.run_db)
         self.limiter = Limiter(self.run_db, redis)
         self.writer = Writer(
             self.run_record,
             self.conf.flush_every_s,
             self.conf.touch_every_s,
-            write_batch=self._write_on_loop if self.pg is not None else None,
+            write_batch=self._write_on_loop,
             busy=lambda: [r for r, n in self.in_flight.items() if n > 0],
         )
         self.in_flight: Counter[str] = Counter()
@@ -200,21 +197,15 @@ class Gateway:
         await self.pg.write(usage.statements(batch, timezone.now(), records=False), copy=usage.copy(batch))
 
     async def authenticate(self, secret: str) -> rules.Admission:
-        if self.pg is not None:
-            return await self.pg.authenticate(secret)
-        return await self.run_db(admission.authenticate_only, secret)
+        return await self.pg.authenticate(secret)
 
     async def admit(self, secret: str, ask: rules.Ask) -> rules.Admission:
-        """``admission.admit``'s answer, from the loop where the database allows."""
-        if self.pg is not None:
-            return await self.pg.admit(secret, ask)
-        return await self.run_db(admission.admit, secret, ask)
+        """``admission.admit``'s answer, from the loop."""
+        return await self.pg.admit(secret, ask)
 
     async def readmit(self, caller: Caller, held: int, estimate: int | None, now) -> tuple[int, errors.Refused | None]:
-        """``admission.readmit``'s answer, from the loop where the database allows."""
-        if self.pg is not None:
-            return await self.pg.readmit(caller, held, estimate, now)
-        return await self.run_db(admission.readmit, caller, held, estimate, now)
+        """``admission.readmit``'s answer, from the loop."""
+        return await self.pg.readmit(caller, held, estimate, now)
 
     async def close(self) -> None:
         """Write what is queued, then close the upstream client and every connection."""
@@ -228,8 +219,7 @@ class Gateway:
         await self.writer.close()
         await self.load_publisher.close()
         await self.client.aclose()
-        if self.pg is not None:
-            await self.pg.close()
+        await self.pg.close()
         threads = self.conf.db_threads
         barrier = threading.Barrier(threads)
 

@@ -3,7 +3,10 @@
 Steps:
 
 1. Read the configuration; a bad value stops here with one line.
-2. Check the database answers, then apply migrations.
+2. Check the database answers, then apply migrations. Without
+   LLMGW_DATABASE_URL the database is a PostgreSQL of llmgw's own in the data
+   dir (llmgw.embedded_db), started as Django is set up and stopped when this
+   process and its children have ended.
 3. On first start, create the operator ``admin`` and write its password, an
    API token and an agent join token into the data dir (mode 0600).
 4. Start the Celery worker and beat, unless ``--no-worker``: in the embedded
@@ -32,7 +35,7 @@ import threading
 from typing import NoReturn
 
 from core import config, dbpool, tracing
-from llmgw import supervisor
+from llmgw import embedded_db, supervisor
 from llmgw.listener_processes import ListenerProcesses, listen
 from llmgw.supervisor import WORKER_STOP_TIMEOUT_S, ProcessWorker
 
@@ -102,7 +105,7 @@ def announce(cfg: config.Config, written: list) -> None:
     print(f"llmgw: admin   http://{cfg.admin_addr.url_host}/admin/  (API at /api/v1/{admin})", flush=True)
     processes = "1 process" if cfg.gateway_workers == 1 else f"{cfg.gateway_workers} processes"
     print(f"llmgw: gateway http://{cfg.gateway_addr.url_host}/v1/  ({processes}, LLMGW_GATEWAY_WORKERS)", flush=True)
-    database = "SQLite" if cfg.database_url.startswith("sqlite") else "PostgreSQL"
+    database = "PostgreSQL" if cfg.database_url else f"PostgreSQL of its own in {embedded_db.folder(cfg.data_dir)}"
     if cfg.embedded:
         mode = f"{database}; no Redis: filesystem broker, in-process worker, live updates within this process"
     else:
@@ -213,6 +216,7 @@ def become_supervisor(cfg: config.Config, worker: bool) -> NoReturn:
         [s.fileno() for s in gateway_socks],
         cfg.gateway_workers,
         worker=worker,
+        embedded_db=None if cfg.database_url else cfg.data_dir,
     )
     sys.stdout.flush()
     sys.stderr.flush()

@@ -7,12 +7,11 @@ once into the data dir, DEBUG is off unless LLMGW_DEBUG says otherwise.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import dj_database_url
 
 from core import config as llmgw_config
-from llmgw import channel_layers
+from llmgw import channel_layers, embedded_db
 
 CONFIG = llmgw_config.load()
 
@@ -82,36 +81,24 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": dj_database_url.parse(CONFIG.database_url, conn_max_age=60, conn_health_checks=True)}
-# django-prometheus's wrappers of the same backends count queries and errors for /metrics.
-_INSTRUMENTED = {
-    "django.db.backends.postgresql": "django_prometheus.db.backends.postgresql",
-    "django.db.backends.sqlite3": "django_prometheus.db.backends.sqlite3",
-}
-DATABASES["default"]["ENGINE"] = _INSTRUMENTED.get(DATABASES["default"]["ENGINE"], DATABASES["default"]["ENGINE"])
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
-        # Private from the first byte: SQLite would create it (and so its -wal/-shm) 0644.
-        llmgw_config.private_sqlite_file(Path(DATABASES["default"]["NAME"]))
-    # WAL lets the web listener read while the embedded worker writes, and
-    # IMMEDIATE transactions take the write lock up front instead of failing
-    # half-way with "database is locked".
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-    }
-else:
-    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
-    # From the URL's query it is a string; Django and psycopg want a number or None.
-    if "prepare_threshold" in DATABASES["default"]["OPTIONS"]:
-        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = llmgw_config.prepare_threshold(
-            DATABASES["default"]["OPTIONS"]["prepare_threshold"]
-        )
-    # Several test runs can share one server (parallel worktrees, CI beside a
-    # developer): each names its own test database.
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("LLMGW_TEST_DB_NAME", "llmgw_test")
+# PostgreSQL is llmgw's one database: the operator's (LLMGW_DATABASE_URL), or one llmgw runs itself in
+# the data dir, started here when this process is the first to need it (llmgw.embedded_db).
+DATABASE_URL = CONFIG.database_url or embedded_db.url(CONFIG.data_dir)
+# The processes this one starts (serve's gateway and admin processes, its Celery worker) use the
+# same server without registering as its users: they end before this process, which stops it.
+os.environ["LLMGW_DATABASE_URL"] = DATABASE_URL
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# django-prometheus's wrapper of the same backend counts queries and errors for /metrics.
+DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+# From the URL's query it is a string; Django and psycopg want a number or None.
+if "prepare_threshold" in DATABASES["default"]["OPTIONS"]:
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = llmgw_config.prepare_threshold(
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"]
+    )
+# Several test runs can share one server (parallel worktrees, CI beside a
+# developer): each names its own test database.
+DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("LLMGW_TEST_DB_NAME", "llmgw_test")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -27,7 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+from llmgw import embedded_db
 from llmgw.children import die_with_parent
 from llmgw.listener_processes import ListenerProcesses
 
@@ -135,11 +137,21 @@ def stop_signals() -> threading.Event:
 
 
 def command(
-    admin_fds: list[int], admin_workers: int, gateway_fds: list[int], gateway_workers: int, worker: bool
+    admin_fds: list[int],
+    admin_workers: int,
+    gateway_fds: list[int],
+    gateway_workers: int,
+    worker: bool,
+    embedded_db: Path | None = None,
 ) -> list[str]:
-    """The argv that llmgw.serve execs into; main() reads it back. ``*_fds``: llmgw.listener_processes.listen's."""
+    """The argv that llmgw.serve execs into; main() reads it back. ``*_fds``: llmgw.listener_processes.listen's.
+
+    ``embedded_db``: the data dir whose embedded PostgreSQL serve started (llmgw.embedded_db); None for a server
+    of the operator's own.
+    """
     argv = [sys.executable, "-m", "llmgw.supervisor", "--admin-fds", _listed(admin_fds), "--admin-workers"]
     argv += [str(admin_workers), "--gateway-fds", _listed(gateway_fds), "--gateway-workers", str(gateway_workers)]
+    argv += [] if embedded_db is None else ["--embedded-db", str(embedded_db)]
     return argv + ([] if worker else ["--no-worker"])
 
 
@@ -162,8 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-fds", required=True, help="the gateway listener's sockets, as --admin-fds")
     parser.add_argument("--gateway-workers", type=int, required=True)
     parser.add_argument("--no-worker", action="store_true", help="no Celery worker and beat")
+    parser.add_argument("--embedded-db", type=Path, help="the data dir whose embedded PostgreSQL to stop last")
     args = parser.parse_args(argv)
     logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
+    if args.embedded_db is not None:
+        # serve registered this pid as one of the server's users before its exec, and exec skipped
+        # the exit hook that would have unregistered it: this process takes the hook up again, so the
+        # server stops when the supervisor, after its children, ends.
+        embedded_db.url(args.embedded_db)
 
     worker = None if args.no_worker else ProcessWorker()
     gateway = ListenerProcesses(_sockets(args.gateway_fds), args.gateway_workers, "llmgw.gateway_server", "gateway")

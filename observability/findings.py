@@ -36,7 +36,6 @@ def open_findings_listed() -> list[dict]:
     for kind, subject, message, severity, us in rows.values_list(
         "kind", "subject", "message", "severity", "first_seen_us"
     ):
-        us = dbtimes.microseconds(us)
         if (at := made.get(us)) is None:
             at = made[us] = dbtimes.datetime_of(us)
         out.append({"kind": kind, "subject": subject, "message": message, "severity": severity, "first_seen": at})

@@ -206,7 +206,7 @@ class FleetCollector(Collector):
             up.add_metric([name, state], 1.0 if reachable and not lost else 0.0)
             if seen_us is not None:
                 # As timedelta.total_seconds() says it: the whole microseconds over a million.
-                age.add_metric([name], max(0.0, (now - dbtimes.microseconds(seen_us)) / 10**6))
+                age.add_metric([name], max(0.0, (now - seen_us) / 10**6))
             if pk in in_domain or imex_state not in ("", "not installed"):
                 imex.add_metric([name], 1.0 if imex_state == "up" else 0.0)
         yield from (up, age, imex)

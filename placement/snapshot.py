@@ -62,8 +62,8 @@ def load(
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-# Rows re-read by key are asked for in batches of this many keys (SQLite's statements take at most 999 values
-# on older builds); a reader with nothing kept reads whole tables instead.
+# Rows re-read by key are asked for in batches of this many keys; a reader with nothing kept reads whole
+# tables instead.
 BATCH = 500
 
 

@@ -3,8 +3,7 @@
 The settings read the environment at import, and pytest-django sets Django up
 before any conftest.py is read — so the data dir and the database are chosen
 here, in a plugin pytest imports first. Tests run on PostgreSQL
-(``LLMGW_TEST_DATABASE_URL``, default the local server) as DESIGN.md asks;
-``LLMGW_TEST_SQLITE=1`` is an escape hatch for a quick run without it.
+(``LLMGW_TEST_DATABASE_URL``, default the local server).
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ from pathlib import Path
 # neither read an operator's secrets there nor leave its own behind.
 _root = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
 os.environ["LLMGW_DATA_DIR"] = str(_root / "data")
-if not os.environ.get("LLMGW_TEST_SQLITE"):
-    os.environ.setdefault(
-        "LLMGW_DATABASE_URL",
-        os.environ.get("LLMGW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/llmgw"),
-    )
+os.environ.setdefault(
+    "LLMGW_DATABASE_URL", os.environ.get("LLMGW_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/llmgw")
+)
 # Several checkouts testing at once on one PostgreSQL must not share (and drop) one test database.
 os.environ.setdefault("LLMGW_TEST_DB_NAME", "llmgw_test_budget")
 # Heartbeats queued by the fast lane are flushed by the tests themselves.

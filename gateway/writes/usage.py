@@ -162,7 +162,7 @@ RECORD_FIELDS = (
     "ttfb_ms",
     "clamped",
 )
-# Records per INSERT: well under PostgreSQL's 65,535 and SQLite's 32,766 parameters.
+# Records per INSERT: well under PostgreSQL's 65,535 parameters.
 ROWS_PER_INSERT = 500
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from agent.agent_cmd import SettingsError, parser, settings_from
+from tests import embedded
 from tests.core.test_serve import Server
 
 
@@ -79,11 +79,9 @@ def test_the_agent_registers_and_keeps_its_identity(tmp_path):
     state = tmp_path / "agent-state"
     try:
         server.wait_ready()
-        db = server.data / "llmgw.sqlite3"
 
         def nodes():
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
-                return conn.execute("select name, memory_mb, credential_digest from inventory_node").fetchall()
+            return embedded.rows(server.data, "select name, memory_mb, credential_digest from inventory_node")
 
         first = agent(server, state, "--join-token", (server.data / "join-token").read_text().strip())
         wait_for(lambda: len(nodes()) == 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from agent.simulator import fleet as F
 from agent.simulator.runner import Simulation
 from inventory.bounds import report_bounds
 from inventory.report_schema import report_problems
+from tests import embedded
 from tests.core.test_serve import Server
 
 
@@ -89,14 +89,13 @@ def test_xid_and_ecc_faults_report_what_the_agent_would_and_pass_the_schema():
 
 
 class Inventory:
-    """Reads the served control plane's SQLite file directly, as a person with sqlite3 would."""
+    """Reads the served control plane's database directly, as a person with psql would."""
 
     def __init__(self, server: Server) -> None:
-        self.path = server.data / "llmgw.sqlite3"
+        self.data = server.data
 
     def rows(self, sql: str, *args):
-        with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10) as db:
-            return db.execute(sql, args).fetchall()
+        return embedded.rows(self.data, sql.replace("?", "%s"), args)
 
     def value(self, sql: str, *args):
         return self.rows(sql, *args)[0][0]

@@ -1,6 +1,6 @@
 """The console in a real headless Chromium, against ``llmgw serve`` fed by the simulator.
 
-The control plane runs embedded (SQLite, in-memory channel layer: ingestion
+The control plane runs embedded (its own PostgreSQL, in-memory channel layer: ingestion
 and the websockets share the serve process). The simulated fleet runs in this
 test process, in its own event loop on a background thread, so faults can be
 injected while the browser watches. Screenshots go to test-artifacts/.

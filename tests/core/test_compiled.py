@@ -90,11 +90,10 @@ def test_a_sent_query_reads_the_rows_a_run_one_reads_and_goes_out_in_the_pipelin
         Node.objects.create(name=f"n{i}", machine_id="m", load={"i": i}, last_seen=now)
     with CaptureQueriesContext(connection) as seen, overlapped():
         sent = [PAIR.send(f"n{i}", "m") for i in range(3)] + [PAIR.send("n9", "m")]
-        piped = connection.connection.pgconn.pipeline_status if connection.vendor == "postgresql" else None
+        piped = connection.connection.pgconn.pipeline_status
     assert [s.rows() for s in sent] == [PAIR.rows(f"n{i}", "m") for i in range(3)] + [[]]
     assert len(seen.captured_queries) == 4
-    if connection.vendor == "postgresql":
-        assert piped != 0, "sent inside a pipeline (libpq PQ_PIPELINE_OFF is 0)"
+    assert piped != 0, "sent inside a pipeline (libpq PQ_PIPELINE_OFF is 0)"
     with pytest.raises(TypeError, match="values_list"):
         BY_NAME.send("n0")
     with pytest.raises(TypeError, match="2 values"):
@@ -104,8 +103,6 @@ def test_a_sent_query_reads_the_rows_a_run_one_reads_and_goes_out_in_the_pipelin
 @pytest.mark.django_db(transaction=True)
 def test_a_query_first_run_on_a_thread_that_ends_keeps_none_of_its_sessions_open():
     """The plan outlives the thread that compiled it; the thread's connection must not (a lane's lookup thread)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("counts PostgreSQL's sessions")
 
     def sessions() -> int:
         with connection.cursor() as cursor:

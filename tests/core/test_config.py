@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from core import config
+from llmgw import embedded_db
 
 
 def load(tmp_path, **env):
@@ -18,7 +19,7 @@ def load(tmp_path, **env):
 
 def test_defaults_work_on_one_machine(tmp_path):
     cfg = load(tmp_path)
-    assert cfg.database_url == f"sqlite:///{tmp_path / 'data' / 'llmgw.sqlite3'}"
+    assert cfg.database_url is None, "llmgw's own PostgreSQL in the data dir (llmgw.embedded_db)"
     assert cfg.embedded and cfg.redis_url is None
     assert str(cfg.admin_addr) == "127.0.0.1:8000"
     assert str(cfg.gateway_addr) == "127.0.0.1:8080"
@@ -72,11 +73,6 @@ def test_the_admin_pool_size(tmp_path):
         ({"LLMGW_ADMIN_DB_CONNECTIONS": "0"}, "LLMGW_ADMIN_DB_CONNECTIONS", "from 1 to 1000"),
         ({"LLMGW_ADMIN_DB_CONNECTIONS": "1001"}, "LLMGW_ADMIN_DB_CONNECTIONS", "from 1 to 1000"),
         ({"LLMGW_ADMIN_WORKERS": "2"}, "LLMGW_ADMIN_WORKERS", "needs LLMGW_REDIS_URL"),
-        (
-            {"LLMGW_ADMIN_WORKERS": "2", "LLMGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
-            "LLMGW_ADMIN_WORKERS",
-            "needs PostgreSQL",
-        ),
         ({"LLMGW_SECRET_KEY_FILE": "/nonexistent/key"}, "LLMGW_SECRET_KEY_FILE", "cannot read"),
     ],
 )
@@ -129,7 +125,7 @@ def test_prepared_statements_can_be_turned_off_in_the_database_url():
     assert config.check_database_url("postgresql://u@h/db?prepare_threshold=none")
 
 
-SQLITE_PROBE = """
+PROBE = """
 import os, stat, sys
 import django
 django.setup()
@@ -137,22 +133,18 @@ from django.db import connection
 with connection.cursor() as cursor:
     cursor.execute("CREATE TABLE probe (x integer)")
     cursor.execute("INSERT INTO probe VALUES (1)")
-    names = [n for n in sorted(os.listdir(sys.argv[1])) if n.startswith("llmgw.sqlite3")]
-    print(" ".join(f"{n}={stat.S_IMODE(os.stat(os.path.join(sys.argv[1], n)).st_mode):o}" for n in names))
+    print(connection.vendor, connection.settings_dict["NAME"])
 """
 
 
-@pytest.mark.parametrize("existing", [False, True])
-def test_the_embedded_database_and_its_wal_are_private_from_creation(tmp_path, existing):
-    """Under a umask of 022 SQLite would make its files 0644: readable by every user on the host."""
+def test_the_embedded_database_is_postgresql_in_the_data_dir_and_private_from_creation(tmp_path):
+    """Under a umask of 022: PostgreSQL's folder (and the socket in it) is its user's alone, and the data dir
+    lets others pass through to it but not list it, even where the wheel opened it as root."""
     data = tmp_path / "data"
-    data.mkdir()
-    if existing:  # an install made before this rule: its open file is narrowed on the next start
-        (data / "llmgw.sqlite3").touch(mode=0o644)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_DATABASE")}
     env.update(LLMGW_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="llmgw.settings")
     probe = subprocess.run(
-        [sys.executable, "-c", SQLITE_PROBE, str(data)],
+        [sys.executable, "-c", PROBE],
         env=env,
         capture_output=True,
         text=True,
@@ -160,8 +152,16 @@ def test_the_embedded_database_and_its_wal_are_private_from_creation(tmp_path, e
         preexec_fn=lambda: os.umask(0o022),
     )
     assert probe.returncode == 0, probe.stderr
-    modes = dict(item.split("=") for item in probe.stdout.split())
-    assert modes == {"llmgw.sqlite3": "600", "llmgw.sqlite3-shm": "600", "llmgw.sqlite3-wal": "600"}
+    assert probe.stdout.split() == ["postgresql", "llmgw"]
+    assert stat.S_IMODE((data / "postgres").stat().st_mode) == 0o700
+    assert stat.S_IMODE(data.stat().st_mode) & 0o066 == 0
+    assert embedded_db.running_url(data) is None, "the probe was its only user: stopped when it ended"
+
+
+@pytest.mark.parametrize("url", ["sqlite:///data/llmgw.sqlite3", "mysql://u@h/db"])
+def test_a_database_other_than_postgresql_is_refused_with_what_to_do(tmp_path, url):
+    with pytest.raises(config.ConfigError, match="leave it unset for the PostgreSQL llmgw runs itself"):
+        load(tmp_path, LLMGW_DATABASE_URL=url)
 
 
 BAD_PERIODIC = [

@@ -37,12 +37,6 @@ def test_a_postgresql_process_pools_at_most_the_size_asked_with_each_connection_
         assert chosen["OPTIONS"]["application_name"] == "llmgw-admin" and dbpool.pooled()
 
 
-def test_sqlite_is_not_pooled():
-    with override_settings(DATABASES=databases("django.db.backends.sqlite3")):
-        assert not dbpool.pool_this_process(3) and not dbpool.pooled()
-        assert "pool" not in settings.DATABASES["default"].get("OPTIONS", {})
-
-
 @pytest.mark.django_db
 def test_pooling_after_a_connection_was_opened_is_refused():
     """That connection could not hand itself back to a pool it did not come from."""

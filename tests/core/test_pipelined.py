@@ -48,7 +48,6 @@ def test_a_query_sent_outside_a_block_reads_the_same():
     assert [Sent(q()).rows() for q in QUERIES] == [list(q()) for q in QUERIES]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the overlap is PostgreSQL's pipeline mode")
 def test_on_postgresql_the_block_is_a_pipeline_and_the_connection_leaves_it():
     from psycopg import pq
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -22,6 +21,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from llmgw import embedded_db
+from tests import embedded as embedded_rows
 
 pytestmark = pytest.mark.slow
 START_TIMEOUT_S = 60
@@ -130,7 +132,10 @@ def test_embedded_serve_answers_on_both_listeners_and_stops_cleanly(embedded):
 
     health = httpx.get(f"http://{server.admin}/healthz").json()
     assert health["listener"] == "admin"
-    assert health["database"] == {"ok": True, "engine": "sqlite"}
+    assert health["database"] == {"ok": True, "engine": "postgresql"}
+    # Its own PostgreSQL, in the data dir, on a socket there; the data dir's listing still private.
+    assert embedded_db.running_url(server.data) and (server.data / "postgres" / "PG_VERSION").exists()
+    assert stat.S_IMODE(server.data.stat().st_mode) & 0o066 == 0
     assert health["channel_layer"]["ok"] and health["channel_layer"]["kind"] == "in-memory"
     assert health["broker"]["ok"] and health["broker"]["kind"] == "filesystem"
     assert health["version"] and health["django"].startswith("5.2")
@@ -178,6 +183,7 @@ def test_embedded_serve_answers_on_both_listeners_and_stops_cleanly(embedded):
     pid = server.proc.pid
     assert server.stop() == 0, server.log.read_text()
     assert not descendants(pid)
+    assert embedded_db.running_url(server.data) is None, "its PostgreSQL stops with it"
     assert "Traceback" not in server.log.read_text(), server.log.read_text()
     # Nothing outside the data dir: kombu's filesystem broker wrote a relative control/ folder
     # into whatever folder serve was started in (issue #19).
@@ -344,15 +350,13 @@ def test_a_heartbeat_queued_when_sigterm_comes_is_written_before_serve_ends(tmp_
             headers={"Authorization": f"Bearer {credential}"},
         )
         assert beat.status_code == 200, beat.text
-        database = server.data / "llmgw.sqlite3"
 
-        def load() -> str | None:
-            with sqlite3.connect(database) as conn:
-                return conn.execute("SELECT load FROM inventory_node WHERE name = 'tray-01'").fetchone()[0]
+        def load() -> dict | None:
+            return embedded_rows.rows(server.data, "SELECT load FROM inventory_node WHERE name = 'tray-01'")[0][0]
 
         assert "42.0" not in str(load()), "queued, not yet written: the interval is an hour"
         assert server.stop() == 0
-        assert json.loads(load()) == {"cpu_percent": 42.0}
+        assert load() == {"cpu_percent": 42.0}
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
@@ -438,6 +442,27 @@ def serve_two_admin_processes(tmp_path: Path, *args: str):
             server.proc.kill()
             server.proc.wait()
         database.drop()
+
+
+def test_several_admin_processes_on_the_embedded_database_share_it_and_it_stops_with_the_supervisor(tmp_path):
+    """serve execs into llmgw.supervisor: the exit hook that would stop the embedded PostgreSQL is taken up there,
+    so the server outlives neither the supervisor nor its children, and the children never start one of their own."""
+    server = Server(
+        tmp_path,
+        LLMGW_ADMIN_WORKERS="2",
+        LLMGW_REDIS_URL=os.environ.get("LLMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+    )
+    try:
+        server.wait_ready()
+        assert len(admin_processes(server, 2)) == 2
+        users = json.loads((server.data / "postgres" / ".handle_pids.json").read_text())
+        assert users == [server.proc.pid], "the supervisor alone: its children inherit the URL"
+        assert embedded_rows.rows(server.data, "SELECT count(*) FROM auth_user WHERE username = 'admin'") == [(1,)]
+        assert server.stop() == 0, server.log.read_text()
+        assert embedded_db.running_url(server.data) is None, "stopped with the supervisor"
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
 
 
 def test_several_admin_processes_each_write_the_beats_they_queued_when_serve_is_stopped(two_admin_processes):

@@ -21,7 +21,7 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
     # As `make test` runs it: the Makefile exports LLMGW_DATA_DIR (./data) for `make run`.
     operator_data = tmp_path / "data"
-    env.update(TMPDIR=str(tmp), LLMGW_TEST_SQLITE="1", PYTHONPATH=str(ROOT), LLMGW_DATA_DIR=str(operator_data))
+    env.update(TMPDIR=str(tmp), PYTHONPATH=str(ROOT), LLMGW_DATA_DIR=str(operator_data))
     done = subprocess.run(
         [
             sys.executable,

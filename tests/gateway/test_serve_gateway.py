@@ -36,8 +36,6 @@ REDIS_URL = os.environ.get("LLMGW_TEST_GATEWAY_REDIS_URL", "redis://127.0.0.1:63
 
 
 def server_env() -> dict[str, str]:
-    if connection.vendor != "postgresql":
-        pytest.skip("the servers share the test database, which needs PostgreSQL")
     params = connection.settings_dict
     url = f"postgresql://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
     return {

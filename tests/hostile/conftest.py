@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.hostile.fleet import Hostile
@@ -12,8 +10,6 @@ from tests.hostile.probe import TALLIES
 
 @pytest.fixture(scope="session")
 def hostile(tmp_path_factory):
-    if os.environ.get("LLMGW_TEST_SQLITE"):
-        pytest.skip("the hostile suite runs llmgw serve on PostgreSQL")
     world = Hostile(tmp_path_factory.mktemp("hostile"))
     try:
         world.start()

@@ -51,8 +51,6 @@ def _in_thread(work, errors: list, done: list) -> threading.Thread:
 
 
 def test_the_flusher_and_the_sweep_meet_on_many_nodes_and_both_finish():
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks and deadlocks are PostgreSQL's")
     silent_since = timezone.now() - timedelta(minutes=10)
     Node.objects.bulk_create(
         [
@@ -98,8 +96,6 @@ def test_the_flusher_and_the_sweep_meet_on_many_nodes_and_both_finish():
 
 def test_a_node_that_beat_while_the_sweep_decided_is_not_marked_lost(monkeypatch):
     """The sweep reads the long-silent again under the lock: a beat written meanwhile keeps the node."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks are PostgreSQL's")
     long_ago = timezone.now() - timedelta(hours=1)
     node = Node.objects.create(
         name="n-back", last_seen=long_ago, credential_digest="d-back", reachable=False, unreachable_since=long_ago

@@ -248,7 +248,6 @@ def test_the_task_records_findings(sims):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks; it serialises writers instead")
 def test_a_sweep_never_runs_twice_at_once():
     Node.objects.create(name="quiet", reachable=False)
     holding, release = threading.Event(), threading.Event()

@@ -9,7 +9,6 @@ replica is stopped; more Xids on the same card cordon the node with the reason.
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -57,7 +56,7 @@ def replicas(inv: Inventory) -> list[tuple[str, str, str, list[int]]]:
         "join catalog_catalogmodel m on m.id = r.model_id join placement_shard s on s.replica_id = r.id "
         "join inventory_node n on n.id = s.node_id where m.name = 'sim-chat' order by r.created_at"
     )
-    return [(rid, state, node, json.loads(gpus)) for rid, state, node, gpus in rows]
+    return [(rid, state, node, gpus) for rid, state, node, gpus in rows]
 
 
 async def scenario(join: str, server: Server, inv: Inventory) -> None:

@@ -81,7 +81,7 @@ async def scenario(server: Server, join: str, inv: Inventory) -> None:
             "join placement_replica r on r.id = s.replica_id join catalog_catalogmodel m on m.id = r.model_id "
             "where m.name = 'sim-chat'"
         )
-        gpus = [g for indices, _ in shards for g in json.loads(indices)]
+        gpus = [g for indices, _ in shards for g in indices]
         assert len(gpus) == 6 and len(set(gpus)) == 6, "no GPU is given twice"
         assert {node for _, node in shards} == {"hgx-000"}
         (small,) = ready_replicas(inv, "sim-small")
