@@ -237,8 +237,7 @@ class NodeDevices(models.Model):
     trigger on the GPU table recounts a node whenever a statement inserts or
     deletes its cards or changes a column the count reads (migration 0012),
     whoever writes them, so it cannot go stale; what holds them is read with
-    the counts (inventory.reads.gpu_counts). Empty elsewhere (SQLite), where
-    the counts are made row by row.
+    the counts (inventory.reads.gpu_counts).
     """
 
     # Found by node through the unique constraint's index, which leads with it.

@@ -5,9 +5,8 @@ objects takes longer than the summary's whole budget (100 ms). On
 PostgreSQL the same counts are a handful of aggregate queries, each
 returning a few rows. The devices by class are counted by the inventory
 (``inventory.reads.gpu_counts``, which ``/metrics`` reads too); here are
-the rest: nodes, fabrics, replicas. A test compares both paths on the same
-fleet, so they cannot drift apart. Other databases (SQLite, embedded) take
-the row-by-row path.
+the rest: nodes, fabrics, replicas. Tests hold each to the same count over
+the node and replica lists (tests/observability/summary_spec.py).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from placement.models import Replica, ReplicaState, Shard
 
 # Per declared fabric (a key of a node's ``fabrics``): its nodes, those holding weights (any object in
 # ``weights``), the distinct names of those weights (name, else path; neither is Python's str(None),
-# "None", as the row-by-row path writes it), and its nodes ready, reachable and among the free nodes
+# "None", as the node list writes it), and its nodes ready, reachable and among the free nodes
 # (%s, an array of node ids). Counted here, where the names alone were fetched and counted in Python,
 # half of the fabrics' time at 10,000 nodes.
 FABRIC_COUNTS = f"""
@@ -49,10 +48,6 @@ SELECT d.fabric, count(*),
 FROM declared d LEFT JOIN models m ON m.fabric = d.fabric
 GROUP BY d.fabric
 """
-
-
-def available() -> bool:
-    return gpu_counts.in_database()
 
 
 def node_totals() -> dict[str, int]:

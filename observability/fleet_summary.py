@@ -5,16 +5,14 @@ thousand: the questions that matter at that size — how full am I, what is
 broken, what holds cards it is not using — are aggregates. Everything here is
 derived from the same functions the tables use (``node_list``,
 ``replica_list``, and ``model_standing``, which a test holds equal to
-``model_list``'s entries), so it can never disagree with them — or,
-on PostgreSQL, counted in the database by the same rules (``fleet_sql``),
-which a test holds equal to the row-by-row count. The devices by class are
+``model_list``'s entries): counted in the database (``fleet_sql``), which
+tests hold to those lists on the same fleet (tests/observability/summary_spec.py). The devices by class are
 the inventory's one count (:func:`gpu_counts`), which ``/metrics`` reads too.
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +22,7 @@ from django.utils import timezone
 from inventory.reads.gpu_counts import DeviceCounts, device_counts
 from inventory.reads.partitions import active as active_partitions
 from observability import fleet_sql
-from placement.reads import gpu_holders, model_standing, node_list, replica_list
+from placement.reads import gpu_holders, model_standing
 
 # How long a ready replica must go unasked-for to be named. Minutes, not
 # seconds: one that flaps in and out of the list is noise, and unloading a
@@ -34,28 +32,17 @@ IDLE_THRESHOLD = timedelta(minutes=10)
 PATRONI_TIMEOUT_S = 1.0
 
 
-def summary(now: datetime | None = None, *, in_database: bool | None = None) -> dict[str, Any]:
-    """The summary; counted in the database on PostgreSQL (see ``fleet_sql``), row by row elsewhere."""
+def summary(now: datetime | None = None) -> dict[str, Any]:
+    """The summary, counted in the database (see ``fleet_sql``)."""
     now = now or timezone.now()
-    database = in_database if in_database is not None else fleet_sql.available()
-    devices = gpu_counts(database)
-    if database:
-        out: dict[str, Any] = {
-            "nodes": fleet_sql.node_totals(),
-            "gpus": devices.classes,
-            "fabrics": fleet_sql.fabrics(devices.free_nodes),
-            "replicas": fleet_sql.replica_totals(),
-            "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
-        }
-    else:
-        nodes, replicas = node_list(now), replica_list(now=now)
-        out = {
-            "nodes": _node_totals(nodes),
-            "gpus": devices.classes,
-            "fabrics": _fabrics(nodes),
-            "replicas": _replica_totals(replicas),
-            "idle_replicas": _idle(replicas),
-        }
+    devices = gpu_counts()
+    out: dict[str, Any] = {
+        "nodes": fleet_sql.node_totals(),
+        "gpus": devices.classes,
+        "fabrics": fleet_sql.fabrics(devices.free_nodes),
+        "replicas": fleet_sql.replica_totals(),
+        "idle_replicas": fleet_sql.idle_replicas(now, IDLE_THRESHOLD),
+    }
     out.update(_model_totals(model_standing()))
     # Open partitions: moves off their nodes are held until they answer or `ctl resume-moves`.
     out["partitions"] = active_partitions()
@@ -65,67 +52,12 @@ def summary(now: datetime | None = None, *, in_database: bool | None = None) -> 
     return out
 
 
-def gpu_counts(in_database: bool | None = None, *, free_nodes: bool = True) -> DeviceCounts:
+def gpu_counts(*, free_nodes: bool = True) -> DeviceCounts:
     """The fleet's devices by class (and the nodes entirely free), as the summary and ``/metrics`` both count them.
 
-    Counted by the inventory (``inventory.reads.gpu_counts``), with the
-    GPUs placement's shards hold; in the database where ``fleet_sql`` says so.
+    Counted by the inventory (``inventory.reads.gpu_counts``), with the GPUs placement's shards hold.
     """
-    database = in_database if in_database is not None else fleet_sql.available()
-    return device_counts(gpu_holders(), database=database, free_nodes=free_nodes)
-
-
-def _node_totals(nodes: list[dict]) -> dict[str, int]:
-    """By the states that need different responses; an unreachable node counts there whatever its state."""
-    totals = {"total": len(nodes), "ready": 0, "cordoned": 0, "draining": 0, "unreachable": 0}
-    for n in nodes:
-        totals["unreachable" if not n["reachable"] else n["state"]] += 1
-    return totals
-
-
-def _fabrics(nodes: list[dict]) -> list[dict[str, Any]]:
-    """Per declared fabric: nodes, how many hold weights and of how many models, the largest free block.
-
-    Per fabric because that is where the answer is actionable: a multi-node
-    replica never spans two, and weights seeded into one fabric are not
-    weights in another.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    models: dict[str, set[str]] = defaultdict(set)
-    for n in nodes:
-        for f in n.get("fabrics", []):
-            u = out.setdefault(f, {"fabric": f, "nodes": 0, "nodes_with_weights": 0, "largest_free_block": 0})
-            u["nodes"] += 1
-            if n.get("models_on_disk"):
-                u["nodes_with_weights"] += 1
-                models[f].update(n["models_on_disk"])
-            # Entirely free, which is what a multi-node replica needs.
-            if n["reachable"] and n["state"] == "ready" and n["gpu_total"] and n["gpu_free"] == n["gpu_total"]:
-                u["largest_free_block"] += 1
-    for f, u in out.items():
-        u["models_present"] = len(models[f])
-    return [out[k] for k in sorted(out)]
-
-
-def _replica_totals(replicas: list[dict]) -> dict[str, int]:
-    totals = {"total": len(replicas), "ready": 0, "starting": 0, "stopping": 0, "failed": 0, "fetching": 0, "stale": 0}
-    for r in replicas:
-        totals["starting" if r["state"] == "pending" else r["state"]] += 1
-        if any("fetch" in s for s in r["shards"]):
-            totals["fetching"] += 1
-        if r["stale"]:
-            totals["stale"] += 1
-    return totals
-
-
-def _idle(replicas: list[dict]) -> list[dict[str, Any]]:
-    """Ready replicas nothing asked for in a while: with more models than GPUs, the first place to find room."""
-    idle = [
-        {"id": r["id"], "model": r["model"], "idle_seconds": r["idle_seconds"], "gpus": r["gpus"]}
-        for r in replicas
-        if r["state"] == "ready" and r["idle_seconds"] >= IDLE_THRESHOLD.total_seconds()
-    ]
-    return sorted(idle, key=lambda r: -r["idle_seconds"])
+    return device_counts(gpu_holders(), free_nodes=free_nodes)
 
 
 def _model_totals(models: list[dict]) -> dict[str, Any]:

@@ -146,14 +146,14 @@ def _replica_view(r: dict[str, Any], shards: list[dict], reported: dict[str, dic
     """One replica of the list from its values() row (``_LISTED``) and its shards' rows; ``now_us`` in microseconds."""
     # Replica.stale, from the row: a replica with no recorded fingerprint or no profile is not stale.
     stale = bool(r["profile_fingerprint"]) and r["profile_id"] is not None
-    last_used = dbtimes.microseconds(r["last_used_us"])
+    last_used = r["last_used_us"]
     view: dict[str, Any] = {
         "id": r["pk"],
         "model": r["model__name"],
         "profile": r["profile_name"],
         "stale": stale and r["profile__fingerprint"] != r["profile_fingerprint"],
         "state": r["state"],
-        "age_seconds": dbtimes.whole_seconds_since(now_us, dbtimes.microseconds(r["created_us"])),
+        "age_seconds": dbtimes.whole_seconds_since(now_us, r["created_us"]),
         "idle_seconds": -1 if last_used is None else dbtimes.whole_seconds_since(now_us, last_used),
         "gpus": sum(len(s["gpu_indices"] or []) for s in shards),
         "shards": [_shard_view(r["pk"], s, reported) for s in sorted(shards, key=lambda s: s["rank"])],
@@ -598,10 +598,9 @@ def node_pages_json(
     now: datetime | None = None,
     fields: frozenset[str] | None = None,
     size: int | None = None,
-    in_database: bool | None = None,
 ) -> Iterator[list[str]]:
     """:func:`node_pages` with the wiring, each node as its JSON text (``inventory.reads.nodes.node_pages_json``)."""
-    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size, in_database)
+    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

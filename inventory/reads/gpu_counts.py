@@ -18,13 +18,13 @@ What holds GPUs is placement's to say (its shards), and placement sits above
 the inventory: the caller passes the holders as a queryset of rows
 ``(node id, GPU indices)``, which the database path reads in the same query.
 
-On PostgreSQL the count reads one row per node and class
-(inventory.models.NodeDevices), which a trigger on the GPU table keeps by
-these rules whoever writes the cards (migration 0012), and matches the
-holders' GPUs against it as bits: at 10,000 nodes the ~70,000 GPU rows a
-request used to read were most of the summary's time (~185 → ~30 ms of its
-query). Elsewhere (SQLite, embedded) it is row by row with inventory.devices.
-Tests hold both equal on random fleets (tests/inventory/test_device_counts.py).
+The count reads one row per node and class (inventory.models.NodeDevices),
+which a trigger on the GPU table keeps by these rules whoever writes the
+cards (migration 0012, 0015), and matches the holders' GPUs against it as
+bits: at 10,000 nodes the ~70,000 GPU rows a request used to read were most
+of the summary's time (~185 → ~30 ms of its query). A test holds it to
+inventory.devices.count_by_class, card by card, on random fleets
+(tests/inventory/test_device_counts.py).
 
 A holder's entry names a GPU only as an integer: not a string ("1"), a float
 (1.0) or a boolean (JSON true is no GPU 1, whatever Python's isinstance says).
@@ -32,24 +32,17 @@ A holder's entry names a GPU only as an integer: not a string ("1"), a float
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from inventory import devices
-from inventory.models import GPU, Node, NodeDevices, NodeState
-
-# Per class, in the order both answers give them.
-COUNTS = ("total", "used", "free", "unhealthy", "held")
-# What the row-by-row count reads of each GPU.
-FIELDS = ("node_id", "index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid")
+from inventory.models import Node, NodeDevices
 
 
 class DeviceCounts(NamedTuple):
-    """Devices by class (a dict per class with ``COUNTS``), and the ids of the nodes whose every device is free.
+    """Devices by class (total, used, free, unhealthy, held), and the ids of the nodes whose every device is free.
 
     ``free_nodes`` holds a node with at least one device and none of them
     used, unhealthy or held back, whatever the node's state (the caller
@@ -60,61 +53,24 @@ class DeviceCounts(NamedTuple):
     free_nodes: frozenset[int]
 
 
-def in_database() -> bool:
-    """Whether reads can aggregate in the database (PostgreSQL): the counts here, the node listing's cards and ports."""
-    return connection.vendor == "postgresql"
-
-
-def device_counts(holders: QuerySet, *, database: bool | None = None, free_nodes: bool = True) -> DeviceCounts:
+def device_counts(holders: QuerySet, *, free_nodes: bool = True) -> DeviceCounts:
     """The fleet's devices by class, and the nodes entirely free; ``holders`` a queryset of (node id, GPU indices) rows.
 
-    ``database`` chooses the path; None counts in the database where it can.
-    ``free_nodes`` False leaves the nodes out: in the database that is a
-    third of the query's time at 10,000 nodes, which ``/metrics`` does without.
+    ``free_nodes`` False leaves the nodes out: that is a third of the
+    query's time at 10,000 nodes, which ``/metrics`` does without.
     """
-    if database if database is not None else in_database():
-        return _counted_in_database(holders, free_nodes)
-    return _counted_row_by_row(holders, free_nodes)
+    holders_sql, params = holders.query.sql_with_params()
+    sql = COUNTED.format(holders=holders_sql, **(NODES if free_nodes else BY_CLASS))
+    classes, free = [], set()
+    for cls, node, total, used, sick, held, free_open in aggregate(sql, params):
+        if cls is not None:
+            classes.append(
+                {"class": cls, "total": total, "used": used, "free": free_open, "unhealthy": sick, "held": held}
+            )
+        else:
+            free.add(node)
+    return DeviceCounts(sorted(classes, key=lambda c: c["class"]), frozenset(free))
 
-
-def _blank(cls: str) -> dict[str, Any]:
-    return {"class": cls, **dict.fromkeys(COUNTS, 0)}
-
-
-# --- row by row ------------------------------------------------------------------------------------------------------
-
-
-def _used(holders: Iterable[tuple[int, Any]]) -> dict[int, set[int]]:
-    """Node id → the GPU indices something holds there; anything but a list of integers holds nothing."""
-    used: dict[int, set[int]] = defaultdict(set)
-    for node_id, indices in holders:
-        used[node_id].update(devices.held_indices(indices))
-    return used
-
-
-def _counted_row_by_row(holders: QuerySet, free_nodes: bool) -> DeviceCounts:
-    used = _used(holders)
-    gpus: dict[int, list[dict]] = defaultdict(list)
-    for g in GPU.objects.order_by().values(*FIELDS):
-        gpus[g["node_id"]].append(g)
-    open_nodes = set(Node.objects.filter(state=NodeState.READY, reachable=True).values_list("pk", flat=True))
-    classes: dict[str, dict[str, Any]] = {}
-    free: set[int] = set()
-    for node_id, rows in gpus.items():
-        per_class = devices.count_by_class(rows, used.get(node_id, set()))
-        total = sum(c["total"] for c in per_class)
-        if free_nodes and total and sum(c["free"] for c in per_class) == total:
-            free.add(node_id)
-        for c in per_class:
-            u = classes.setdefault(c["class"], _blank(c["class"]))
-            for key in ("total", "used", "unhealthy", "held"):
-                u[key] += c[key]
-            if node_id in open_nodes:
-                u["free"] += c["free"]
-    return DeviceCounts([classes[k] for k in sorted(classes)], frozenset(free))
-
-
-# --- in PostgreSQL ---------------------------------------------------------------------------------------------------
 
 # What the holders hold, per node: each index a holder names as an integer (a JSON number without a
 # fraction, which Python decodes to an int; never a string, a boolean or a float), below 63 as bits
@@ -180,17 +136,3 @@ def aggregate(sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, list(params))
         return cursor.fetchall()
-
-
-def _counted_in_database(holders: QuerySet, free_nodes: bool) -> DeviceCounts:
-    holders_sql, params = holders.query.sql_with_params()
-    sql = COUNTED.format(holders=holders_sql, **(NODES if free_nodes else BY_CLASS))
-    classes, free = [], set()
-    for cls, node, total, used, sick, held, free_open in aggregate(sql, params):
-        if cls is not None:
-            classes.append(
-                {"class": cls, "total": total, "used": used, "free": free_open, "unhealthy": sick, "held": held}
-            )
-        else:
-            free.add(node)
-    return DeviceCounts(sorted(classes, key=lambda c: c["class"]), frozenset(free))

@@ -34,7 +34,6 @@ from inventory import devices
 from inventory.devices import mig_label
 from inventory.fabrics import ERROR_COUNTERS, describe_key, fabric_id
 from inventory.models import GPU, CardHold, IBPort, Node, NVLinkDomain
-from inventory.reads import gpu_counts
 
 # A load reading older than this is not shown as current: unknown, not idle.
 LOAD_FRESH = timedelta(minutes=1)
@@ -185,7 +184,6 @@ _NODE_LISTED += ("fabrics", "disks", "last_seen", "load", "imex_state", "imex_ch
 _NODE_LISTED_JSON = ("labels", "cpu_flags", "engines", "weights", "fabrics", "disks", "load", "imex_channels")
 # What it reads of each card: what the listing's counts and views read (GPU_LIST_FIELDS, health, the wiring).
 _CARD_COUNTED = ("index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid", "domain_id")
-_CARD_JSON = ("health", *_GPU_WIRING_JSON)
 
 
 class _NodeRow:
@@ -214,7 +212,6 @@ class _Cards:
         self,
         rows: Iterable[tuple],
         columns: tuple[str, ...],
-        decode: DecodedOnce,
         domains: Mapping[int, str],
         nearest: dict,
         dumps: Callable[[Any], str] | None,
@@ -222,9 +219,6 @@ class _Cards:
         gpus = []
         for row in rows:
             g = dict(zip(columns, row, strict=True))
-            for field in _CARD_JSON:
-                if field in g:
-                    g[field] = decode(g[field])
             g["health"] = g["health"] or []  # as the listing reads it: JSON null or nothing is no problem
             gpus.append(g)
         self.gpus = gpus
@@ -248,7 +242,6 @@ def node_pages_json(
     now: datetime | None = None,
     fields: frozenset[str] | None = None,
     size: int | None = None,
-    in_database: bool | None = None,
 ) -> Iterator[list[str]]:
     """The API's listing, :func:`node_pages` with the wiring, as each node's JSON text (``dumps``'s), a page at a time.
 
@@ -266,12 +259,10 @@ def node_pages_json(
     (``core.pipelined``): PostgreSQL reads a page while Python builds the
     last: at 10,000 nodes on two cores, in-process, 1.5 s became 0.95–1.0 s.
 
-    On PostgreSQL (``in_database``; None: where it can) a page is one query:
-    each node's cards and its ports come with its row as two JSON texts that
-    PostgreSQL aggregates (:class:`_Aggregated`), so Python receives one row a
-    node, not one a card and one a port, and a text nodes share is parsed
-    once. Elsewhere (SQLite) they are read as rows, three queries a page; a
-    test holds the two equal.
+    A page is one query: each node's cards and its ports come with its row
+    as two JSON texts that PostgreSQL aggregates (:class:`_Aggregated`), so
+    Python receives one row a node, not one a card and one a port, and a text
+    nodes share is parsed once.
     """
     now, size = now or timezone.now(), size or NODE_PAGE
     wiring = _Wiring.of(fields)
@@ -281,20 +272,7 @@ def node_pages_json(
         with cycles.uncollected():
             return _node_texts(page, wiring, usage, dumps, now, fields, domains)
 
-    if in_database if in_database is not None else gpu_counts.in_database():
-        yield from _Aggregated(wiring).pages(size, built)
-        return
-    with overlapped():
-        sent: _PageSent | None = _PageSent(None, size, wiring)
-    while sent is not None:
-        page = sent.received()
-        if not page.nodes:
-            return
-        with overlapped():
-            # The next page goes out first: the server reads it while this one is built.
-            sent = _PageSent(page.nodes[-1].name, size, wiring) if len(page.nodes) == size else None
-            texts = built(page)
-        yield texts
+    yield from _Aggregated(wiring).pages(size, built)
 
 
 class _Wiring(NamedTuple):
@@ -314,43 +292,34 @@ class _Wiring(NamedTuple):
 
 
 class _PageRows:
-    """A page's nodes by name, and by node id a key to its cards' rows and one to its ports' rows.
+    """A page's nodes by name, and by node id the JSON text of its cards' rows and that of its ports' rows.
 
-    A key stands for its rows (:meth:`card_rows`, :meth:`port_rows`), and two
-    nodes with equal keys have the same rows: the rows themselves, as a
-    tuple, when they were read as rows; their JSON text when PostgreSQL
-    aggregated them (:class:`_Aggregated`). A node missing from a map has none.
-    :attr:`decode` makes a row's JSON column its value: read as rows, the
-    column is its text, decoded once per distinct text; aggregated, it is
-    already the value.
+    Two nodes with equal texts have the same rows (:meth:`card_rows`,
+    :meth:`port_rows`); a node missing from a map has none.
     """
 
-    __slots__ = ("cards", "decode", "nodes", "ports", "texts")
+    __slots__ = ("cards", "nodes", "ports")
 
-    def __init__(
-        self, nodes: list[_NodeRow], cards: dict[int, Hashable], ports: dict[int, Hashable], texts: bool
-    ) -> None:
-        self.nodes, self.cards, self.ports, self.texts = nodes, cards, ports, texts
-        self.decode: Callable[[Any], Any] = _as_it_is if texts else DecodedOnce()
+    def __init__(self, nodes: list[_NodeRow], cards: dict[int, str], ports: dict[int, str]) -> None:
+        self.nodes, self.cards, self.ports = nodes, cards, ports
 
-    def card_rows(self, key: Hashable) -> tuple[tuple, ...]:
-        """The cards' rows (in ``_Wiring.card_columns``'s columns) a key of :attr:`cards` stands for."""
-        return _Aggregated.card_rows(key) if self.texts else key
+    def card_rows(self, key: str) -> tuple[tuple, ...]:
+        """The cards' rows (in ``_Wiring.card_columns``'s columns) a text of :attr:`cards` stands for."""
+        return _Aggregated.card_rows(key)
 
-    def port_rows(self, key: Hashable) -> tuple[tuple, ...]:
-        """The ports' rows (in ``PORT_FIELDS``'s columns) a key of :attr:`ports` stands for."""
-        return _Aggregated.port_rows(key) if self.texts else key
+    def port_rows(self, key: str) -> tuple[tuple, ...]:
+        """The ports' rows (in ``PORT_FIELDS``'s columns) a text of :attr:`ports` stands for."""
+        return _Aggregated.port_rows(key)
 
 
 class _Aggregated:
     """The SQL that reads each node's cards and ports as one JSON text each, beside the node's own columns.
 
     Each is an array of the rows, each row an array of the columns in the
-    order the row path reads them, so a row decoded here is the tuple that
-    path's ``values_list`` gives once its JSON columns are decoded: those come
-    as their values, embedded (their text escaped inside the text cost
-    PostgreSQL a sixth more), and the one float column (``rate_gbps``) is
-    made a float again, since JSON writes 400.0 as 400. A node with no card
+    order ``values_list`` would read them, its JSON columns as their values,
+    embedded (their text escaped inside the text cost PostgreSQL a sixth
+    more), and the one float column (``rate_gbps``) is made a float again,
+    since JSON writes 400.0 as 400. A node with no card
     (or port) has NULL. In the same statement as the nodes, so a node is
     always read with its own cards and ports.
     """
@@ -412,7 +381,7 @@ class _Aggregated:
         nodes, first = _node_rows(rows), len(_NODE_LISTED)
         cards = {n.pk: row[first] for n, row in zip(nodes, rows, strict=True) if row[first] is not None}
         ports = {n.pk: row[first + 1] for n, row in zip(nodes, rows, strict=True) if self.ports and row[first + 1]}
-        return _PageRows(nodes, cards, ports, texts=True)
+        return _PageRows(nodes, cards, ports)
 
     @staticmethod
     def card_rows(text: str | None) -> tuple[tuple, ...]:
@@ -427,10 +396,6 @@ class _Aggregated:
             if (rate := row[cls._RATE]) is not None:
                 row[cls._RATE] = float(rate)
         return tuple(map(tuple, rows))
-
-
-def _as_it_is(value: Any) -> Any:
-    return value
 
 
 def _rows_as_json(model: type[Model], columns: Sequence[str], order: Sequence[str]) -> RawSQL:
@@ -449,55 +414,6 @@ def _rows_as_json(model: type[Model], columns: Sequence[str], order: Sequence[st
     )
 
 
-class _PageSent:
-    """A page's queries, sent (``core.pipelined.Sent``): the first ``size`` nodes by name after ``after``, cards, ports.
-
-    The cards and ports are read by the same window of names as the nodes, in
-    queries of their own, so before the nodes' rows are in. A node added or
-    removed between two of them (a registration in the page's range of
-    names) moves that window: a node the nodes' query saw and the cards' or
-    ports' did not is read again by its id (:meth:`received`), so no node is
-    ever listed without the cards it has.
-    """
-
-    def __init__(self, after: str | None, size: int, wiring: _Wiring) -> None:
-        listed = Node.objects.order_by("name")
-        if after is not None:
-            listed = listed.filter(name__gt=after)
-        self.columns = wiring.card_columns
-        self.ports = wiring.ports
-        self._nodes = Sent(values_list_as_text(listed[:size], _NODE_LISTED, _NODE_LISTED_JSON))
-        window = Node.objects.filter(pk__in=listed.values("pk")[:size])
-        self._cards = Sent(self._card_rows(window))
-        self._ports = Sent(self._port_rows(window)) if self.ports else None
-
-    def received(self) -> _PageRows:
-        """The page's rows, once the server has sent them; a node its cards' or ports' window missed read again."""
-        nodes = _node_rows(self._nodes.rows())
-        cards, card_window = _by_node(self._cards.rows())
-        ports, port_window = _by_node(self._ports.rows()) if self._ports is not None else ({}, set())
-        missed = [n.pk for n in nodes if n.pk not in card_window or (self.ports and n.pk not in port_window)]
-        if missed:
-            again = Node.objects.filter(pk__in=missed)
-            cards.update(_by_node(Sent(self._card_rows(again)).rows())[0])
-            if self.ports:
-                ports.update(_by_node(Sent(self._port_rows(again)).rows())[0])
-        as_keys = {pk: tuple(r) for pk, r in cards.items()}, {pk: tuple(r) for pk, r in ports.items()}
-        return _PageRows(nodes, *as_keys, texts=False)
-
-    def _card_rows(self, nodes: QuerySet) -> QuerySet:
-        """(node id, *columns) of every card of ``nodes``; (node id, None, ...) for a node with none."""
-        columns = [f"gpus__{c}" for c in self.columns]
-        rows = nodes.order_by("pk", "gpus__index")
-        return values_list_as_text(rows, ("pk", *columns), [f"gpus__{c}" for c in _CARD_JSON])
-
-    @staticmethod
-    def _port_rows(nodes: QuerySet) -> QuerySet:
-        """(node id, *PORT_FIELDS) of every port of ``nodes``; (node id, None, ...) for a node with none."""
-        rows = nodes.order_by("pk", "ib_ports__hca", "ib_ports__port")
-        return values_list_as_text(rows, ("pk", *(f"ib_ports__{c}" for c in PORT_FIELDS)), ["ib_ports__counters"])
-
-
 def _node_rows(rows: Iterable[tuple]) -> list[_NodeRow]:
     """The nodes of rows whose first columns are ``_NODE_LISTED``'s, JSON columns as text (decoded once each)."""
     decode = DecodedOnce()
@@ -508,21 +424,6 @@ def _node_rows(rows: Iterable[tuple]) -> list[_NodeRow]:
             values[field] = decode(values[field])
         nodes.append(_NodeRow(values))
     return nodes
-
-
-def _by_node(rows: Iterable[tuple]) -> tuple[dict[int, list[tuple]], set[int]]:
-    """Node id → its rows (without the id) from a node-side outer join, and every node id the rows name.
-
-    A node with no card (or port) is one row of NULLs; its first column, the
-    index (or the adapter), is never NULL in a row that is one.
-    """
-    out: dict[int, list[tuple]] = defaultdict(list)
-    seen = set()
-    for row in rows:
-        seen.add(row[0])
-        if row[1] is not None:
-            out[row[0]].append(row[1:])
-    return out, seen
 
 
 def _node_texts(
@@ -536,8 +437,7 @@ def _node_texts(
 ) -> list[str]:
     """The JSON of each node of ``page``, with its cards and ports as ``wiring`` says."""
     cards, ports, columns = wiring.cards, wiring.ports, wiring.card_columns
-    decode = page.decode
-    # Keyed by the rows themselves (or their JSON text), so nodes share only what is the same row for row.
+    # Keyed by the rows' JSON text, so nodes share only what is the same row for row.
     kinds: dict[Hashable, _Cards] = {}
     port_texts: dict[Hashable, str] = {}
     nearest: dict[tuple, tuple[str, str] | None] = {}
@@ -547,7 +447,7 @@ def _node_texts(
         mine = page.cards.get(n.pk, ())
         if (kind := kinds.get(mine)) is None:
             rows = page.card_rows(mine)
-            kind = kinds[mine] = _Cards(rows, columns, decode, domains, nearest, dumps if cards else None)
+            kind = kinds[mine] = _Cards(rows, columns, domains, nearest, dumps if cards else None)
         by_class = kind.counts(usage.used.get(n.pk, set()))
         view = _node_view_of(n, by_class, kind.unhealthy, kind.domain, len(usage.replicas.get(n.pk, ())), now)
         text = dumps(view if fields is None else {k: v for k, v in view.items() if k in fields})
@@ -558,7 +458,7 @@ def _node_texts(
             mine = page.ports.get(n.pk, ())
             if (listed := port_texts.get(mine)) is None:
                 rows = page.port_rows(mine)
-                listed = port_texts[mine] = dumps([_port_view(p, physical) for p in _port_rows(rows, decode)])
+                listed = port_texts[mine] = dumps([_port_view(p, physical) for p in _port_rows(rows)])
             wiring.append('"ib_ports":' + listed)
         if wiring:
             # The view's JSON object with the cards and ports last, where node_pages puts them.
@@ -567,35 +467,10 @@ def _node_texts(
     return out
 
 
-def _port_rows(rows: Iterable[tuple], decode: DecodedOnce) -> Iterator[dict[str, Any]]:
-    """Port rows of ``PORT_FIELDS`` (counters as text) as the values() rows ``_port_view`` reads."""
+def _port_rows(rows: Iterable[tuple]) -> Iterator[dict[str, Any]]:
+    """Port rows of ``PORT_FIELDS`` as the values() rows ``_port_view`` reads."""
     for row in rows:
-        p = dict(zip(PORT_FIELDS, row, strict=True))
-        p["counters"] = decode(p["counters"])
-        yield p
-
-
-def node_tiles(usage: NodeUsage) -> list[dict[str, Any]]:
-    """Every node by name with what the console's strip of tiles shows of it, and no more.
-
-    ``id``, ``state``, ``reachable``, ``lost``, ``gpu_total``, ``gpu_free``,
-    ``unhealthy_gpus`` and ``nvlink_domain`` as :func:`node_list` gives them
-    (the same counting and domain rules), without the node's other columns:
-    the strip of a large fleet read every node's labels, disks and engines
-    only to drop them.
-    """
-    with cycles.uncollected():
-        gpus, domains = _listed_gpus(GPU.objects.all(), cards=False), _domain_keys()
-        out = []
-        for pk, name, state, reachable, lost in Node.objects.order_by("name").values_list(
-            "pk", "name", "state", "reachable", "lost"
-        ):
-            by_class = devices.count_by_class(gpus[pk], usage.used.get(pk, set()))
-            view = {"id": name, "state": state, "reachable": reachable, "lost": lost, **_totals(by_class)}
-            view["unhealthy_gpus"] = devices.out_of_placement(gpus[pk])
-            _put(view, "nvlink_domain", _node_domain(gpus[pk], domains))
-            out.append(view)
-        return out
+        yield dict(zip(PORT_FIELDS, row, strict=True))
 
 
 def _totals(by_class: list[dict[str, Any]]) -> dict[str, int]:

@@ -1,19 +1,18 @@
 """The console's strip of tiles counted from a row per node and class, not from every GPU row of the fleet.
 
 A tile shows a node's devices and free devices, whether any device is out of
-placement, and the NVLink domain all its cards joined: what
-``inventory.reads.nodes.node_tiles`` works out from each of the node's GPU
-rows (seventy thousand at 10,000 nodes, half the fleet page's time). On
-PostgreSQL the counts come from ``inventory.models.NodeDevices`` (a row per
+placement, and the NVLink domain all its cards joined: what the node list
+works out from each of the node's GPU rows (seventy thousand at 10,000
+nodes, half the fleet page's time). The counts come from ``inventory.models.NodeDevices`` (a row per
 node and class, kept by a trigger by inventory.devices' rules: migration
 0012), matched against what the shards hold as bits, as the summary's counts
 are (``inventory.reads.gpu_counts``); the domain from one aggregate per node
 with a card in a domain; the lines saying which devices are out of placement
 from the GPU rows of only the nodes that have one, by inventory.devices
-itself. Elsewhere (SQLite) the node list's own reading is used.
+itself.
 
-The tiles are the node list's (``tests/inventory/test_tiles.py`` holds the
-two readings equal on random fleets): what the shards hold is ``NodeUsage``'s
+The tiles are the node list's (``tests/inventory/test_tiles.py`` holds
+them to it on random fleets): what the shards hold is ``NodeUsage``'s
 word, the node list's, with its integers as it reads them.
 """
 
@@ -28,8 +27,6 @@ from core import cycles
 from core.jsonrows import values_decoded_once
 from inventory import devices
 from inventory.models import GPU, Node, NodeDevices, NVLinkDomain
-from inventory.reads import gpu_counts
-from inventory.reads import nodes as listing
 from inventory.reads.nodes import NodeUsage
 
 # Below this, a device's index is a bit of NodeDevices.open_bits; from it on, an entry of open_more.
@@ -49,9 +46,14 @@ _PLACEMENT_FIELDS = ("node_id", "index", "parent_index", "gpu_class", "health", 
 
 
 def node_tiles(usage: NodeUsage) -> list[dict[str, Any]]:
-    """Every node by name as ``inventory.reads.nodes.node_tiles`` gives it, counted per class where the database can."""
-    if not gpu_counts.in_database():
-        return listing.node_tiles(usage)
+    """Every node by name with what the console's strip of tiles shows of it, and no more.
+
+    ``id``, ``state``, ``reachable``, ``lost``, ``gpu_total``, ``gpu_free``,
+    ``unhealthy_gpus`` and ``nvlink_domain`` as the node list gives them (the
+    same counting and domain rules), without the node's other columns: the
+    strip of a large fleet read every node's labels, disks and engines only to
+    drop them.
+    """
     with cycles.uncollected():
         return _tiles(usage)
 

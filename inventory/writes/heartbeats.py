@@ -28,7 +28,6 @@ inventory/signals.py and never imports them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -70,32 +69,15 @@ _NODE_REF = CompiledQuery(
 )
 
 
-def _update_sql() -> str:
-    """One node's heartbeat: alive now, what it said (or what was there), reachable again.
-
-    Plain SQL, not the ORM: bulk_update built a CASE expression per column
-    and row, and for the 370 beats of a 2,000-node fleet's second that cost
-    half a second of the interpreter, during which no heartbeat was answered.
-    The credential's digest is checked again in the statement, so a
-    credential revoked since the read above is not written. On PostgreSQL a
-    batch is one statement (:func:`_batch_sql`); elsewhere (SQLite) this runs
-    once per node, in one ``executemany``.
-    """
-    q = connection.ops.quote_name
-    c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
-    return (
-        f"UPDATE {q(Node._meta.db_table)} SET {c['last_seen']} = %s, "
-        f"{c['last_report_at']} = COALESCE(%s, {c['last_report_at']}), "
-        f"{c['load']} = COALESCE(%s, {c['load']}), "
-        f"{c['shard_status']} = COALESCE(%s, {c['shard_status']}), "
-        f"{c['reachable']} = %s, {c['lost']} = %s, {c['unreachable_since']} = NULL "
-        f"WHERE {c['id']} = %s AND {c['credential_digest']} = %s"
-    )
-
-
 def _batch_sql() -> str:
-    """:func:`_update_sql` for every node of a batch at once, on PostgreSQL: one ``UPDATE … FROM`` one JSON document.
+    """Every node's heartbeat of a batch at once: one ``UPDATE … FROM`` one JSON document.
 
+    Each node is alive now, holds what its beat said (or what was there) and
+    is reachable again. Plain SQL, not the ORM: bulk_update built a CASE
+    expression per column and row, and for the 370 beats of a 2,000-node
+    fleet's second that cost half a second of the interpreter, during which
+    no heartbeat was answered. The credential's digest is checked again in
+    the statement, so a credential revoked since it was read is not written.
     One statement instead of one per node, and one parameter: the batch as a
     JSON array with a row per node, ``[id, digest, last_seen, last_report_at,
     load, shard_status]``, encoded in C (:func:`_document`). Six arrays (one
@@ -104,7 +86,7 @@ def _batch_sql() -> str:
     during which no heartbeat was answered; the document costs a few. The
     statement's text is the same for every batch, so it is parsed once. A
     JSON null (a value the beat did not send) is SQL NULL, which keeps what
-    was there, as the row-at-a-time statement's NULL does.
+    was there.
     """
     q = connection.ops.quote_name
     c = {f.name: q(f.column) for f in Node._meta.concrete_fields}
@@ -121,29 +103,8 @@ def _batch_sql() -> str:
     )
 
 
-def _json(value) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _update_row(pk: int, digest: str, beat: Beat) -> list:
-    fields = beat.fields
-    return [
-        beat.last_seen,
-        fields.get("last_report_at"),
-        _json(fields.get("load")),
-        _json(fields.get("shard_status")),
-        True,
-        False,
-        pk,
-        digest,
-    ]
-
-
 def write_beats(cursor, beats: list[tuple[int, str, Beat]]) -> None:
-    """Write (node pk, credential digest, beat) rows: one statement on PostgreSQL, one per row elsewhere."""
-    if connection.vendor != "postgresql":
-        cursor.executemany(_update_sql(), [_update_row(pk, digest, beat) for pk, digest, beat in beats])
-        return
+    """Write (node pk, credential digest, beat) rows in one statement."""
     rows = []
     for pk, digest, beat in beats:
         fields = beat.fields

@@ -41,8 +41,8 @@ def reference_pages(now, fields=None, size=None) -> list[list[str]]:
     ]
 
 
-def listed_pages(now, fields=None, size=None, in_database=None) -> list[list[str]]:
-    return list(node_pages_json(dumps, now=now, fields=fields, size=size, in_database=in_database))
+def listed_pages(now, fields=None, size=None) -> list[list[str]]:
+    return list(node_pages_json(dumps, now=now, fields=fields, size=size))
 
 
 def everything_fleet() -> None:
@@ -79,21 +79,14 @@ FIELDS = [
 ]
 
 
-# PostgreSQL aggregates: the aggregated path is tested where the tests run on it (as they do by default).
-AGGREGATED = pytest.param(
-    True, marks=pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL aggregates"), id="aggregated"
-)
-
-
-@pytest.mark.parametrize("in_database", [AGGREGATED, pytest.param(False, id="rows")])
 @pytest.mark.parametrize("fields", FIELDS, ids=lambda f: "all" if f is None else ",".join(sorted(f)))
-def test_the_listing_is_the_json_of_the_views_it_replaced_page_by_page(fields, in_database):
-    """Either way the cards and ports are read: aggregated by PostgreSQL into a text a node, or as rows."""
+def test_the_listing_is_the_json_of_the_views_it_replaced_page_by_page(fields):
+    """The cards and ports aggregated by PostgreSQL into a text a node give the views' JSON."""
     everything_fleet()
     now = timezone.now()
     for size in (3, None):  # pages of three (cards shared across pages), and the default
         want = reference_pages(now, fields, size)
-        got = listed_pages(now, fields, size, in_database)
+        got = listed_pages(now, fields, size)
         assert [len(p) for p in got] == [len(p) for p in want]
         for want_page, got_page in zip(want, got, strict=True):
             for w, g in zip(want_page, got_page, strict=True):
@@ -118,34 +111,24 @@ def test_the_array_the_api_sends_is_the_one_it_sent_before():
     assert b"".join(_array_chunks(node_pages_json(dumps, now=now, size=4), encoded=True)) == before
 
 
-def queries_a_page(size: int, in_database: bool) -> tuple[int, list[int]]:
+def queries_a_page(size: int) -> tuple[int, list[int]]:
     """(queries up to the end of the first page, queries of each later page) for the listing in pages of ``size``."""
     with CaptureQueriesContext(connection) as seen:
-        after = [len(seen) for _ in node_pages_json(dumps, size=size, in_database=in_database)]
+        after = [len(seen) for _ in node_pages_json(dumps, size=size)]
     return after[0], [b - a for a, b in pairwise(after)]
 
 
-@pytest.mark.parametrize(
-    ("in_database", "per_page"), [pytest.param(True, 1, marks=AGGREGATED.marks, id="aggregated"), (False, 3)]
-)
-def test_each_page_takes_the_same_queries_whatever_the_fleet_and_its_cards(in_database, per_page):
-    """Aggregated, one a page (the nodes bring their cards and ports); as rows, three: nodes, cards, ports.
-    For a page of CPU nodes as for one of 18 NVL72 trays."""
+def test_each_page_takes_the_same_queries_whatever_the_fleet_and_its_cards():
+    """One a page (the nodes bring their cards and ports), for a page of CPU nodes as for one of 18 NVL72 trays."""
+    per_page = 1
     fleet("h100-hgx:2,cpu:2")
-    first_small, small = queries_a_page(2, in_database)
+    first_small, small = queries_a_page(2)
     fleet("gb200-nvl72:1,a100-mig:2")
     assert Node.objects.count() == 24
-    first_big, big = queries_a_page(2, in_database)
+    first_big, big = queries_a_page(2)
     assert first_big == first_small, "the first page: the shards, the domains, its own"
     assert len(big) == 11 and len(small) == 1, "pages after the first"
     assert set(big) == set(small) == {per_page}
-
-
-def test_postgresql_aggregates_on_its_own_and_sqlite_reads_rows():
-    with CaptureQueriesContext(connection) as seen:
-        list(node_pages_json(dumps))
-    aggregated = any("json_agg" in q["sql"] for q in seen.captured_queries)
-    assert aggregated == (connection.vendor == "postgresql")
 
 
 def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
@@ -158,61 +141,35 @@ def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
     assert len(many) == len(six), "one page either way: the same queries"
 
 
-def test_a_node_registered_inside_a_page_between_its_queries_leaves_no_node_without_its_cards(monkeypatch):
-    """Read as rows, the cards and ports are read by the page's window of names, in queries after the nodes': a
-    node added in the page's range in between moves that window past the page's last node, whose rows are then
-    read by id. (Aggregated, a node's cards and ports are read in its own row's statement.)"""
-    from inventory.reads import nodes as listing
-
-    fleet("h100-hgx:4")
-    now = timezone.now()
-    want = {json.loads(t)["id"]: t for page in listed_pages(now, size=2, in_database=False) for t in page}
-    sends = listing._PageSent._card_rows
-    added = []
-
-    def cards_sent_after_a_registration(self, nodes):
-        if not added:  # the first page's cards: its nodes' rows are already read
-            added.append(Node.objects.create(name="hgx-000a"))
-        return sends(self, nodes)
-
-    monkeypatch.setattr(listing._PageSent, "_card_rows", cards_sent_after_a_registration)
-    with CaptureQueriesContext(connection) as seen:
-        got = [json.loads(t) for page in listed_pages(now, size=2, in_database=False) for t in page]
-    assert added and [n["id"] for n in got] == ["hgx-000", "hgx-001", "hgx-002", "hgx-003"]
-    # The first page's last node was outside the moved window: read again, with all its cards and ports.
-    assert got[1]["gpu_total"] == 8 and len(got[1]["gpus"]) == 8 and got[1]["ib_ports"]
-    assert [json.dumps(n, ensure_ascii=False, separators=(",", ":")) for n in got] == [want[n["id"]] for n in got]
-    assert sum("hgx-000a" in q["sql"] for q in seen.captured_queries) == 1, "the registration, nothing else"
-
-
-@AGGREGATED.marks[0]
-def test_a_node_s_aggregated_rows_are_the_rows_read_as_rows():
-    """Column for column and type for type, once each side's JSON columns are decoded; a whole rate still a float."""
+def test_a_node_s_aggregated_rows_are_its_rows_as_values_list_reads_them():
+    """Column for column and type for type, JSON columns as their values; a whole rate still a float."""
     from core.pipelined import overlapped
     from inventory.reads import nodes as listing
 
     everything_fleet()
     IBPort.objects.filter(pk=IBPort.objects.first().pk).update(rate_gbps=None)
     wiring = listing._Wiring.of(None)
-    columns = wiring.card_columns
-    card_json = [columns.index(c) for c in listing._CARD_JSON]
-    port_json = [listing.PORT_FIELDS.index("counters")]
-
-    def decoded(rows, page, json_columns) -> list[list]:
-        return [[page.decode(v) if i in json_columns else v for i, v in enumerate(row)] for row in rows]
 
     def by_rows() -> dict[str, tuple]:
-        with overlapped():
-            sent = listing._PageSent(None, 1000, wiring)
-        page = sent.received()
-        return {n.name: _rows_of(page, n, card_json, port_json, decoded) for n in page.nodes}
+        out = {}
+        for node in Node.objects.all():
+            cards = GPU.objects.filter(node=node).order_by("index").values_list(*wiring.card_columns)
+            ports = IBPort.objects.filter(node=node).order_by("hca", "port").values_list(*listing.PORT_FIELDS)
+            out[node.name] = ([list(r) for r in cards], [list(r) for r in ports])
+        return out
 
     def aggregated() -> dict[str, tuple]:
         query = listing._Aggregated(wiring)
         with overlapped():
             sent = query._send((None, None))
         page = query._received(sent)
-        return {n.name: _rows_of(page, n, card_json, port_json, decoded) for n in page.nodes}
+        return {
+            n.name: (
+                [list(r) for r in page.card_rows(page.cards.get(n.pk))],
+                [list(r) for r in page.port_rows(page.ports.get(n.pk))],
+            )
+            for n in page.nodes
+        }
 
     want, got = by_rows(), aggregated()
     assert got == want
@@ -221,26 +178,18 @@ def test_a_node_s_aggregated_rows_are_the_rows_read_as_rows():
     assert rates == {float, type(None)}
 
 
-def _rows_of(page, node, card_json, port_json, decoded) -> tuple[list, list]:
-    cards = decoded(page.card_rows(page.cards.get(node.pk, ())), page, card_json)
-    return cards, decoded(page.port_rows(page.ports.get(node.pk, ())), page, port_json)
-
-
 def _types(nodes: dict[str, tuple]) -> set[str]:
     return {
         repr([[type(v) for v in row] for row in side]) for cards, ports in nodes.values() for side in (cards, ports)
     }
 
 
-@pytest.mark.parametrize("in_database", [AGGREGATED, pytest.param(False, id="rows")])
-def test_a_node_added_or_removed_while_the_listing_is_read_is_listed_at_most_once_and_every_other_node_once(
-    in_database,
-):
-    """Pages by ranges of names read first (PostgreSQL) or by the last name listed (SQLite): a node added in a range
-    already sent is missed, one added ahead is listed; a node removed ahead is not listed; the rest exactly once."""
+def test_a_node_added_or_removed_while_the_listing_is_read_is_listed_at_most_once_and_every_other_node_once():
+    """Pages by ranges of names read first: a node added in a range already sent is missed, one added ahead is
+    listed; a node removed ahead is not listed; the rest exactly once."""
     fleet("h100-hgx:9")
     names = sorted(Node.objects.values_list("name", flat=True))
-    pages = node_pages_json(dumps, size=2, in_database=in_database)
+    pages = node_pages_json(dumps, size=2)
     seen = [json.loads(t)["id"] for t in next(pages)]
     Node.objects.create(name="hgx-000a")  # behind the pages read
     Node.objects.create(name="hgx-007a")  # ahead

@@ -1,4 +1,4 @@
-"""The device counts in PostgreSQL (kept per node by a trigger) are the row-by-row counts, on any fleet.
+"""The device counts in PostgreSQL (kept per node by a trigger) are inventory.devices' rules applied card by card.
 
 Random fleets through the ORM, as any writer would store them: cards and MIG
 instances (carved cards, instances whose card is missing, instances without
@@ -8,7 +8,7 @@ junk (strings, booleans, floats, huge numbers, non-lists), several shards on
 one node, and nodes in every state. After the fleet is stored, some cards
 change and some go, so the trigger's updates and deletes are held too.
 
-JSON ``true`` in a holder's list holds nothing in both paths (Python's
+JSON ``true`` in a holder's list holds nothing (Python's
 ``isinstance(True, int)`` would have made it GPU 1): a boolean names no GPU.
 """
 
@@ -23,9 +23,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inventory import devices
 from inventory.devices import MIG_INDEX_BASE, mig_enabled, mig_index
 from inventory.models import GPU, Node, NodeState
-from inventory.reads.gpu_counts import device_counts, in_database
+from inventory.reads.gpu_counts import DeviceCounts, device_counts
 from placement import snapshot
 from placement.models import Replica, Shard
 from placement.reads import gpu_holders
@@ -142,30 +143,57 @@ def _store(fleet: list[dict], later: dict) -> None:
             GPU.objects.filter(pk=g.pk).delete()
 
 
+COUNTED = ("total", "used", "free", "unhealthy", "held")
+
+
+def card_by_card(free_nodes: bool = True) -> DeviceCounts:
+    """The specification: every card read, counted by inventory.devices.count_by_class; free only on open nodes."""
+    used: dict[int, set[int]] = defaultdict(set)
+    for node_id, indices in gpu_holders():
+        used[node_id].update(devices.held_indices(indices))
+    gpus: dict[int, list[dict]] = defaultdict(list)
+    fields = ("node_id", "index", "gpu_class", "health", "parent_index", "mig_mode", "mig_uuid")
+    for g in GPU.objects.order_by().values(*fields):
+        gpus[g["node_id"]].append(g)
+    open_nodes = set(Node.objects.filter(state=NodeState.READY, reachable=True).values_list("pk", flat=True))
+    classes: dict[str, dict] = {}
+    free: set[int] = set()
+    for node_id, rows in gpus.items():
+        per_class = devices.count_by_class(rows, used.get(node_id, set()))
+        total = sum(c["total"] for c in per_class)
+        if free_nodes and total and sum(c["free"] for c in per_class) == total:
+            free.add(node_id)
+        for c in per_class:
+            u = classes.setdefault(c["class"], {"class": c["class"], **dict.fromkeys(COUNTED, 0)})
+            for key in ("total", "used", "unhealthy", "held"):
+                u[key] += c[key]
+            if node_id in open_nodes:
+                u["free"] += c["free"]
+    return DeviceCounts([classes[k] for k in sorted(classes)], frozenset(free))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fleet=st.lists(NODE, min_size=1, max_size=6), later=LATER)
-def test_the_database_counts_every_fleet_as_row_by_row(db, fleet, later):
-    if not in_database():
-        pytest.skip("the database path needs PostgreSQL")
+def test_the_database_counts_every_fleet_card_by_card(db, fleet, later):
     with transaction.atomic():
         _store(fleet, later)
-        assert device_counts(gpu_holders(), database=True) == device_counts(gpu_holders(), database=False)
+        assert device_counts(gpu_holders()) == card_by_card()
+        assert device_counts(gpu_holders(), free_nodes=False) == card_by_card(free_nodes=False)
         transaction.set_rollback(True)
 
 
-def test_a_boolean_holds_no_gpu_in_either_path(db):
+def test_a_boolean_holds_no_gpu(db):
     """JSON true is not GPU 1, though Python's isinstance(True, int) says it is an int."""
     node = Node.objects.create(name="n0")
     GPU.objects.create(node=node, index=1, uuid="GPU-1", name="card", gpu_class="h100-80g")
     model = add_model()
     replica = Replica.objects.create(model=model, profile=model.profiles.first(), profile_name="h100", state="ready")
     Shard.objects.create(replica=replica, node=node, rank=0, gpu_indices=[True, "1", 1.0], state="ready")
-    for database in [False, True] if in_database() else [False]:
-        counts = device_counts(gpu_holders(), database=database)
-        assert counts.classes[0]["used"] == 0 and counts.classes[0]["free"] == 1, database
+    for counts in (device_counts(gpu_holders()), card_by_card()):
+        assert counts.classes[0]["used"] == 0 and counts.classes[0]["free"] == 1, counts
 
 
-def test_an_instance_named_twice_is_one_device_used_in_either_path(db):
+def test_an_instance_named_twice_is_one_device_used(db):
     """The database path lists a node's held MIG instances with repeats and counts each once.
 
     One shard names instance 1 of card 0 twice, a second shard names it again: one device used, the
@@ -184,18 +212,16 @@ def test_an_instance_named_twice_is_one_device_used_in_either_path(db):
     held = mig_index(0, 1)
     Shard.objects.create(replica=replica, node=node, rank=0, gpu_indices=[held, held], state="ready")
     Shard.objects.create(replica=replica, node=node, rank=1, gpu_indices=[held], state="ready")
-    for database in [False, True] if in_database() else [False]:
-        counts = device_counts(gpu_holders(), database=database)
+    for counts in (device_counts(gpu_holders()), card_by_card()):
         assert [(c["class"], c["total"], c["used"], c["free"]) for c in counts.classes] == [(CLASSES[2], 2, 1, 1)]
-        assert counts.free_nodes == frozenset(), database
+        assert counts.free_nodes == frozenset(), counts
 
 
 def test_the_nodes_entirely_free_are_named_only_when_asked_for(db):
     node = Node.objects.create(name="n0")
     GPU.objects.create(node=node, index=0, uuid="GPU-0", name="card", gpu_class=CLASSES[0])
-    for database in [False, True] if in_database() else [False]:
-        assert device_counts(gpu_holders(), database=database).free_nodes == {node.pk}, database
-        assert device_counts(gpu_holders(), database=database, free_nodes=False).free_nodes == frozenset(), database
+    assert device_counts(gpu_holders()).free_nodes == {node.pk}
+    assert device_counts(gpu_holders(), free_nodes=False).free_nodes == frozenset()
 
 
 def test_the_migrations_whitespace_is_what_python_strips():
@@ -223,9 +249,8 @@ def test_the_scheduler_holds_back_the_cards_the_counts_hold_back(db, fleet, late
                 scheduler[cls] += st_.held.get("in MIG mode with no instances", 0) + st_.held.get(
                     "without a MIG UUID", 0
                 )
-        for path in (True, False) if in_database() else (False,):
-            counted = {c["class"]: c["held"] for c in device_counts(gpu_holders(), database=path).classes}
-            assert {k: v for k, v in counted.items() if v} == {k: v for k, v in scheduler.items() if v}
+        counted = {c["class"]: c["held"] for c in device_counts(gpu_holders()).classes}
+        assert {k: v for k, v in counted.items() if v} == {k: v for k, v in scheduler.items() if v}
         transaction.set_rollback(True)
 
 

@@ -1,10 +1,9 @@
-"""The strip of tiles counted per node and class gives exactly the tiles the node list's reading of every GPU gave.
+"""The strip of tiles counted per node and class gives exactly what the node list shows of each node.
 
 ``inventory.reads.tiles.node_tiles`` reads PostgreSQL's row per node and class
 (NodeDevices), a domain aggregate, and the GPU rows of only the nodes with a
-device out of placement. The reference is the reading it replaced,
-``inventory.reads.nodes.node_tiles`` (every GPU row through inventory.devices),
-which stays the path elsewhere than PostgreSQL.
+device out of placement. The reference is the node list (every GPU row
+through inventory.devices), each node's view cut to a tile's keys.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inventory.models import GPU, Node, NVLinkDomain
-from inventory.reads import gpu_counts, tiles
-from inventory.reads import nodes as listing
+from inventory.reads import tiles
 from placement.models import Replica, Shard
-from placement.reads import node_usage
+from placement.reads import node_list, node_usage
 from tests.api.fleet import add_model, ingest_fleet, place
 from tests.inventory.test_device_counts import LATER, NODE, _store
 
@@ -35,13 +33,15 @@ def both():
         except (TypeError, KeyError) as exc:  # a health of 1, true or {...} has no first line: both fail on it
             return type(exc)
 
-    return outcome(tiles._tiles), outcome(listing.node_tiles)
+    return outcome(tiles.node_tiles), outcome(listed)
 
 
-@pytest.fixture(autouse=True)
-def _postgresql(db):
-    if not gpu_counts.in_database():
-        pytest.skip("the per-class rows are kept on PostgreSQL only")
+TILE = ("id", "state", "reachable", "lost", "gpu_total", "gpu_free", "unhealthy_gpus", "nvlink_domain")
+
+
+def listed(usage) -> list[dict]:
+    """The specification: each node of the node list, only what a tile shows."""
+    return [{k: n[k] for k in TILE if k in n} for n in node_list()]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -86,7 +86,6 @@ def test_a_varied_fleet_gives_the_tiles_the_gpu_rows_gave():
     assert by["hgx-000"]["gpu_free"] == by["hgx-000"]["gpu_total"] - 3
     # 5 is unhealthy and 6 held; true is no GPU 1 (inventory.devices.held_indices, every reader's word).
     assert by["hgx-002"]["gpu_free"] == by["hgx-002"]["gpu_total"] - 2
-    assert tiles.node_tiles(node_usage()) == want, "the public entry takes the database path here"
 
 
 def queries_of_tiles() -> int:

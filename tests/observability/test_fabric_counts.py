@@ -1,6 +1,6 @@
-"""The summary's fabrics counted in PostgreSQL are the row-by-row path's, for any nodes and weights.
+"""The summary's fabrics counted in PostgreSQL are the specification's, for any nodes and weights.
 
-``fleet_sql.fabrics`` counts in one query what ``fleet_summary._fabrics``
+``fleet_sql.fabrics`` counts in one query what ``summary_spec.fabrics``
 counts over the node listing's views: nodes per declared fabric, those with
 weights on disk and how many distinct weights, and the nodes whose every
 device is free on an open node (the largest free block). Here random nodes
@@ -12,7 +12,6 @@ both. Weight names are strings or absent, as a report's are
 
 from __future__ import annotations
 
-import pytest
 from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 from inventory.models import Node
 from inventory.reads.nodes import _weight_names
 from observability import fleet_sql
-from observability.fleet_summary import _fabrics
+from tests.observability.summary_spec import fabrics
 
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=6)
 WEIGHT = st.one_of(
@@ -42,7 +41,7 @@ NODE = st.fixed_dictionaries(
 
 
 def view(node: Node, devices: tuple[int, int]) -> dict:
-    """What ``_fabrics`` reads of a node's listing view."""
+    """What ``fabrics`` reads of a node's listing view."""
     out = {"reachable": node.reachable, "state": node.state, "gpu_total": devices[0], "gpu_free": devices[1]}
     if node.fabrics is not None:
         out["fabrics"] = sorted(node.fabrics)
@@ -54,8 +53,6 @@ def view(node: Node, devices: tuple[int, int]) -> dict:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fleet=st.lists(NODE, max_size=8))
 def test_the_database_counts_the_fabrics_as_row_by_row(db, fleet):
-    if not fleet_sql.available():
-        pytest.skip("the database path needs PostgreSQL")
     with transaction.atomic():
         nodes = [
             Node.objects.create(
@@ -66,5 +63,5 @@ def test_the_database_counts_the_fabrics_as_row_by_row(db, fleet):
         per_node = {node.pk: n["devices"] for node, n in zip(nodes, fleet, strict=True)}
         views = [view(node, per_node[node.pk]) for node in nodes]
         free = {pk for pk, (total, idle) in per_node.items() if total and idle == total}
-        assert fleet_sql.fabrics(free) == _fabrics(views)
+        assert fleet_sql.fabrics(free) == fabrics(views)
         transaction.set_rollback(True)

@@ -20,7 +20,6 @@ from rest_framework.test import APIClient
 from agent.simulator import fleet as F
 from core.models import ApiToken
 from inventory.models import GPU, Node
-from observability import fleet_sql
 from tests import people
 from tests.api.fleet import add_model, ingest, ingest_fleet, place
 from tests.observability.fleet import Scrape
@@ -57,11 +56,7 @@ def fleet(db):
     return sims
 
 
-@pytest.mark.parametrize("in_database", [True, False], ids=["counted-in-postgresql", "counted-row-by-row"])
-def test_every_gpu_count_on_metrics_is_the_summarys(operator, fleet, in_database, monkeypatch):
-    if in_database and not fleet_sql.available():
-        pytest.skip("the database path needs PostgreSQL")
-    monkeypatch.setattr(fleet_sql, "available", lambda: in_database)
+def test_every_gpu_count_on_metrics_is_the_summarys(operator, fleet):
     summary = {c["class"]: c for c in operator.get("/api/v1/summary").json()["gpus"]}
     scrape = Scrape(operator.get("/metrics").content.decode())
     metrics = scrape.by("llmgw_gpus", "class", "state")
