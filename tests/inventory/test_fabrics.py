@@ -566,7 +566,7 @@ def test_the_nodes_fabrics_alone_on_the_stories() -> None:
 
 def test_the_report_digest_keeps_exactly_the_error_counters_the_analysis_reads():
     from agent import protocol
-    from inventory.fabrics import _PERFQUERY_NAMES
+    from inventory.fabrics.facts import _PERFQUERY_NAMES
 
     assert set(protocol.ERROR_COUNTERS) == set(ERROR_COUNTERS)
     spellings = {**{name: 1 for name in ERROR_COUNTERS}, **{name: 1 for name in _PERFQUERY_NAMES}}
