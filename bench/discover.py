@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.discovery import nvidia_smi as smi
-from agent.discovery import nvml as N
+from agent.discovery.nvml_fake import FakeNvml
 from agent.discovery.report import build_report, collect_gpus
 from agent.discovery.sources import Sources
 from agent.discovery.tools import ToolOutput
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     timed("GPU part from captures (read, parse, topo, entries)", lambda: collect_gpus(sources, run=no_tools), n)
     timed(
         "GPU part via NVML over FakeNvml (+ topo -m)",
-        lambda: collect_gpus(Sources(sysfs_root=Path("/nonexistent")), nvml_api=N.FakeNvml(log), run=topo_only),
+        lambda: collect_gpus(Sources(sysfs_root=Path("/nonexistent")), nvml_api=FakeNvml(log), run=topo_only),
         n,
     )
     timed("whole report, GPU part only (node=False)", lambda: build_report(sources, run=no_tools, node=False), n)

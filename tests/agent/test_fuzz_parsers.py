@@ -19,6 +19,7 @@ from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
 from agent.discovery.errors import DiscoveryError
+from agent.discovery.nvml_fake import FakeNvml
 from agent.discovery.topo import parse_topo
 from tests.captures import read
 
@@ -71,7 +72,7 @@ def mangled(draw, seeds: list[str]) -> str:
 def _pipeline(log: smi.SmiLog) -> None:
     cards, _ = G.cards_from_smi(log)
     G.entries(cards)
-    reading = N.read_cards(N.FakeNvml(log))
+    reading = N.read_cards(FakeNvml(log))
     G.entries(reading.cards)
 
 

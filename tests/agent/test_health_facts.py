@@ -14,6 +14,7 @@ import pytest
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
+from agent.discovery.nvml_fake import FakeNvml
 from tests.captures import all_captures, read
 
 HERE = Path(__file__).resolve().parent / "captures"
@@ -43,7 +44,7 @@ def via_smi(log: smi.SmiLog) -> list[dict]:
 
 
 def via_nvml(log: smi.SmiLog) -> list[dict]:
-    return health_fields(G.entries(N.read_cards(N.FakeNvml(log)).cards)[0])
+    return health_fields(G.entries(N.read_cards(FakeNvml(log)).cards)[0])
 
 
 def a100() -> smi.SmiLog:

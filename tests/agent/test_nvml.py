@@ -8,6 +8,7 @@ import pytest
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
+from agent.discovery.nvml_fake import FakeNvml
 from agent.discovery.topo import parse_topo
 from tests.captures import all_captures, read
 
@@ -36,12 +37,12 @@ def nvml_path(api: N.NvmlApi, topo=None) -> tuple[list[dict], list[str]]:
 @pytest.mark.parametrize("name", XML_CAPTURES)
 def test_nvml_over_the_capture_equals_nvidia_smi(name):
     log = smi.parse_xml(read(name))
-    assert nvml_path(N.FakeNvml(log))[0] == smi_path(log)
+    assert nvml_path(FakeNvml(log))[0] == smi_path(log)
 
 
 def test_the_same_with_topology():
     log, topo = smi.parse_xml(read(H100)), parse_topo(read(TOPO))
-    assert nvml_path(N.FakeNvml(log), topo)[0] == smi_path(log, topo)
+    assert nvml_path(FakeNvml(log), topo)[0] == smi_path(log, topo)
 
 
 def test_the_same_with_a_listing():
@@ -52,25 +53,25 @@ def test_the_same_with_a_listing():
     )
     cards, _ = G.cards_from_smi(log)
     G.apply_listing(cards, listing)
-    via_nvml = nvml_path(N.FakeNvml(log, listing))[0]
+    via_nvml = nvml_path(FakeNvml(log, listing))[0]
     assert via_nvml == G.entries(cards)[0]
     assert via_nvml[3]["uuid"] == "MIG-0003"
 
 
 def test_fake_raises_what_nvml_would():
-    fake = N.FakeNvml(smi.parse_xml(read(LOST)))
+    fake = FakeNvml(smi.parse_xml(read(LOST)))
     lost = fake.handle(1)
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         fake.memory_total_mib(lost)
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         fake.fabric_info(lost)
     assert fake.memory_total_mib(fake.handle(0)) == 196608
-    rtx = N.FakeNvml(smi.parse_xml(read("nvidia-smi-q-x_rtx3080_drv595.58.03_v13-full-fabric-block.xml")))
+    rtx = FakeNvml(smi.parse_xml(read("nvidia-smi-q-x_rtx3080_drv595.58.03_v13-full-fabric-block.xml")))
     with pytest.raises(pynvml.NVMLError_NotSupported):
         rtx.fabric_info(rtx.handle(0))
     with pytest.raises(pynvml.NVMLError_NotSupported):
         rtx.mig_mode(rtx.handle(0))
-    old = N.FakeNvml(smi.parse_xml(read("nvidia-smi-q-x_tesla-t4_drv515.105.01.xml")))
+    old = FakeNvml(smi.parse_xml(read("nvidia-smi-q-x_tesla-t4_drv515.105.01.xml")))
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
         old.fabric_info(old.handle(0))
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
@@ -78,7 +79,7 @@ def test_fake_raises_what_nvml_would():
 
 
 def test_fake_fabric_struct_of_the_gb200():
-    fake = N.FakeNvml(smi.parse_xml(read(GB200)))
+    fake = FakeNvml(smi.parse_xml(read(GB200)))
     info = fake.fabric_info(fake.handle(0))
     assert (info.state, info.status, info.clique_id) == (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 2)
     assert info.cluster_uuid == bytes.fromhex("00000001000000000000000000000001")
@@ -128,7 +129,7 @@ def test_fabric_status_failure_from_nvml():
     assert "bandwidth" not in report  # a v1 struct has no health mask: unknown
 
 
-class CardThreeLost(N.FakeNvml):
+class CardThreeLost(FakeNvml):
     """The H100 capture, but the driver loses card 3 half way through reading it."""
 
     def temperature_c(self, handle):
@@ -147,7 +148,7 @@ def test_one_card_lost_mid_read_keeps_what_was_read():
     assert all(e["health"] == [] for i, e in enumerate(gpus) if i != 3)
 
 
-class AllPeers(N.FakeNvml):
+class AllPeers(FakeNvml):
     def nvlink_p2p(self, handle, other):
         return True
 
@@ -159,7 +160,7 @@ def test_nvlink_peers_from_p2p_status():
 
 
 def test_nvlink_peers_unknown_when_the_source_cannot_say():
-    gpus, _ = nvml_path(N.FakeNvml(smi.parse_xml(read(H100))))
+    gpus, _ = nvml_path(FakeNvml(smi.parse_xml(read(H100))))
     assert all("nvlink_peers" not in e for e in gpus)
 
 

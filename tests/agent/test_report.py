@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from agent.discovery import nvidia_smi as smi
-from agent.discovery import nvml as N
+from agent.discovery.nvml_fake import FakeNvml
 from agent.discovery.report import build_report, collect_gpus, sysfs_bus_id
 from agent.discovery.sources import Sources
 from agent.discovery.tools import ToolOutput
@@ -23,7 +23,7 @@ TOPO = "nvidia-smi-topo-m_h100-x8_8nics-mlx5_sglang-issue.txt"
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-class NoLibrary(N.FakeNvml):
+class NoLibrary(FakeNvml):
     def __init__(self):
         super().__init__(smi.SmiLog())
 
@@ -73,7 +73,7 @@ def test_no_nvml_and_no_nvidia_smi_is_a_cpu_node():
 
 
 def test_live_nvml_path_with_topology():
-    fake = N.FakeNvml(smi.parse_xml(read(H100)))
+    fake = FakeNvml(smi.parse_xml(read(H100)))
     run = tools(**{"nvidia-smi topo -m": read(TOPO)})
     report = build_report(Sources(sysfs_root=Path("/nonexistent")), nvml_api=fake, run=run, node=False)
     assert report["gpu_source"] == "nvml"
@@ -101,7 +101,7 @@ def test_sysfs_numa_on_the_live_path(tmp_path):
         d = tmp_path / "bus" / "pci" / "devices" / bus
         d.mkdir(parents=True)
         (d / "numa_node").write_text(node + "\n")
-    fake = N.FakeNvml(smi.parse_xml(read(H100)))
+    fake = FakeNvml(smi.parse_xml(read(H100)))
     section = collect_gpus(Sources(sysfs_root=tmp_path), nvml_api=fake, run=tools())
     assert section.gpus[0]["numa"] == 0
     assert "numa" not in section.gpus[1]  # -1: the kernel does not know

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.discovery import nvidia_smi as smi
-from agent.discovery import nvml as N
 from agent.discovery import xids as X
+from agent.discovery.nvml_fake import FakeNvml
 from tests.captures import read
 
 CAPTURES = Path(__file__).resolve().parent / "captures"
@@ -93,8 +93,8 @@ def test_following_kmsg_dates_each_xid_from_boot_and_keeps_the_newest_per_card()
     assert len(entries[0]["xids"]) == X.MAX_XIDS and entries[1]["xids"] == []
 
 
-def _fake() -> N.FakeNvml:
-    return N.FakeNvml(smi.parse_xml(read(H100)))
+def _fake() -> FakeNvml:
+    return FakeNvml(smi.parse_xml(read(H100)))
 
 
 def test_nvml_events_reach_the_card_they_name():
