@@ -6,7 +6,7 @@ NVML return code); :func:`read_cards` catches that per call, so one card the
 driver lost, or one query an old driver lacks, costs only that fact.
 
 * :class:`PynvmlApi` answers from the real library (nvidia-ml-py).
-* :class:`FakeNvml` answers from a parsed ``nvidia-smi -q -x`` capture, raising
+* ``agent.discovery.nvml_fake.FakeNvml`` answers from a parsed ``nvidia-smi -q -x`` capture, raising
   what NVML would have: ``N/A`` -> NOT_SUPPORTED, ``GPU is lost`` ->
   GPU_IS_LOST, a field the capture lacks -> FUNCTION_NOT_FOUND. The NVML path
   over a FakeNvml must give the same GPU entries as the nvidia-smi path over
