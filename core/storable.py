@@ -40,13 +40,18 @@ class Problem(NamedTuple):
 
 
 def text_problem(text: str) -> str | None:
-    """The kind of problem a string holds (:data:`NUL` or :data:`SURROGATE`), or None when it can be stored."""
-    if "\x00" in text:
-        return NUL
+    """The kind of problem a string holds (:data:`SURROGATE` or :data:`NUL`), or None when it can be stored.
+
+    A string with both is a surrogate's problem: it is not Unicode at all, and
+    a reader that refuses only surrogates (core.jsonbody's) must not see it
+    reported as a NUL and let it through.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return SURROGATE
+    if "\x00" in text:
+        return NUL
     return None
 
 

@@ -190,3 +190,10 @@ def test_unicode_only_refuses_exactly_the_bodies_with_a_lone_surrogate(value):
         jsonbody.loads(raw)  # still read without the option: the admin API and the agents' name it themselves
     else:
         assert jsonbody.loads(raw, unicode_only=True) == json.loads(raw)
+
+
+@pytest.mark.parametrize("escapes", ["\\ud800\\u0000", "\\u0000\\udfff", "x\\ud800\\u0000y"])
+def test_a_lone_surrogate_beside_a_nul_is_still_refused(escapes):
+    """Found by tests/gateway/test_lone_surrogates.py: a NUL in the same string hid the surrogate from the check."""
+    with pytest.raises(jsonbody.BodyError, match="lone surrogate"):
+        jsonbody.loads(('{"model": "' + escapes + '"}').encode(), unicode_only=True)
