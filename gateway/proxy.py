@@ -4,9 +4,9 @@
    refreshes it; an unknown name is 404 once the key is known good).
 2. Admit in one database round trip for most requests: key (401), model
    allowed (403), rate limits without Redis (429), budgets reserved (429) —
-   one statement from the event loop on PostgreSQL (gateway.pgpath), one hop
-   to an ORM thread elsewhere. With Redis the rate limits are one Lua call
-   after that.
+   one statement from the event loop (gateway.pgpath), which hands the
+   uncommon cases to the ORM's rule on a thread. With Redis the rate limits
+   are one Lua call after that.
 3. Route: the model's ready replicas by least load and prompt-prefix
    affinity; a replica that fails before answering is passed over for the
    next; then the fallbacks in order. A model scaled to zero is asked for
@@ -23,6 +23,10 @@
 5. Record usage and settle budgets whatever happened, a client that went
    away included (the ASGI app cancels this task, which closes the upstream
    request and lands here).
+
+The waiting of step 3 for a model scaled to zero is gateway.coldstart's,
+step 5 gateway.recording's (both parts of :class:`Gateway`), and the bodies'
+parsing and translation gateway.bodies'.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import threading
 import time
 from collections import Counter
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from core import jsonbody, tracing
+from core import tracing
 from gateway import (
     anthropic,
     coldwait,
@@ -50,33 +53,36 @@ from gateway import (
     responses,
     router,
     rules,
-    shapes,
     tokens,
     upstream,
 )
 from gateway import tracing as gateway_tracing
+from gateway.bodies import (
+    as_message,
+    as_response,
+    parse_body,
+    upstream_body,
+    upstream_path,
+    usage_of_body,
+    usage_of_message,
+)
+from gateway.coldstart import ColdStart
 from gateway.directory import Directory, ModelEntry, ReplicaEntry, Snapshot
 from gateway.load import LoadMeter, Publisher
 from gateway.pgpath import PgPath
 from gateway.ratelimit import Limiter
+from gateway.recording import Recording
 from gateway.rules import Caller
 from gateway.writes import budgets, usage
-from gateway.writes.usage import CLIENT_CLOSED, MAX_COST, MAX_TOKENS, Finished, Writer, engine_count, engine_usage
-from placement import reads as placement_reads
-from placement.writes import demand
+from gateway.writes.usage import CLIENT_CLOSED, Writer
 
 log = logging.getLogger("llmgw.gateway")
 
 ENDPOINTS = {"chat/completions", "completions", "embeddings", "messages", "responses"}
 # The protocols served as the chat request they ask for (translated where the engine does not speak them).
 AS_CHAT = {"messages": anthropic.to_chat, "responses": responses.to_chat}
-# How often one model may be asked for again while it is starting.
-DEMAND_EVERY_S = 1.0
-COLD_POLL_S = 0.5
 # How long past LLMGW_COLD_START_TIMEOUT_S a waiting place held in Redis outlives a process that died holding it.
 WAIT_LAPSE_S = 60.0
-# How long one read of a model's start serves every request waiting for it.
-START_STATUS_TTL_S = 1.0
 
 
 _relaxed = threading.local()
@@ -152,7 +158,7 @@ class Ticket:
     """The request's trace context, for the usage write's span (None when tracing is off)."""
 
 
-class Gateway:
+class Gateway(ColdStart, Recording):
     def __init__(self, settings=None, redis=None) -> None:
         self.conf = settings or conf.get()
         self.executor = ThreadPoolExecutor(self.conf.db_threads, thread_name_prefix="gateway-db")
@@ -264,7 +270,7 @@ class Gateway:
         self.writer.start()
         self.load_publisher.start()
         started = time.monotonic()
-        body = _parse(raw, endpoint)
+        body = parse_body(raw, endpoint)
         original = None
         if endpoint in AS_CHAT:
             # Admitted, bounded and routed as the chat request it asks for: the same path as chat.
@@ -405,50 +411,6 @@ class Gateway:
             self._give_back(slot)
         self._no_replica(entry, fallbacks, failures)
 
-    async def _serve_cold(self, ticket, entry, fallbacks, body, prefix, attempts, slot, send) -> None:
-        """Wait for ``entry``'s start holding ``slot``, then serve it; raises why it could not be served.
-
-        Only a request that may wait, and that holds the reservation of the
-        model it waits for, is counted as waiting (the autoscaler's demand):
-        one past its key's or team's cap is refused here, and a fallback tried
-        before may have moved the reservation to its own price.
-        """
-        tried, failures = attempts
-        if slot.refused is not None:
-            raise slot.refused
-        await self._hold(ticket, entry)
-        cold = coldwait.ColdStream(ticket.endpoint, entry.name, send) if ticket.stream else None
-        self.load.wait(entry.serving)
-        try:
-            with tracing.span("gateway.wait_for_replica", {"llmgw.model": entry.name}):
-                snapshot = await self._wait_for_replica(entry, ticket.started, cold)
-            relay = cold.send if cold is not None and cold.committed else send
-        except errors.Refused as refusal:
-            if cold is not None and cold.committed:
-                await cold.fail(refusal)
-            raise
-        finally:
-            self.load.waited(entry.serving)
-            self._give_back(slot)
-        try:
-            if await self._try_model(ticket, entry, snapshot, body, prefix, tried, failures, relay):
-                if cold is not None and cold.committed and not cold.ended:
-                    await cold.fail(errors.upstream_failed("the engine's answer ended without its end"))
-                return
-            self._no_replica(entry, fallbacks, failures)
-        except errors.Refused as refusal:
-            if cold is not None and cold.committed:
-                await cold.fail(refusal)
-            raise
-
-    def _give_back(self, slot: coldwait.Slot | None) -> None:
-        """Give a waiting place back: at once in this process, in Redis as background work ``close`` waits for."""
-        call = self.waiters.release(slot)
-        if call is not None:
-            task = asyncio.ensure_future(call)
-            self.background.add(task)
-            task.add_done_callback(self.background.discard)
-
     @staticmethod
     def _no_replica(entry: ModelEntry, fallbacks: list[ModelEntry], failures: list[str]) -> None:
         """Raise why ``entry`` could not be served: every replica failed, or none was ready."""
@@ -500,8 +462,8 @@ class Gateway:
                 # What each kind of engine is sent differs (gateway.fields), so a body is made per name and kind.
                 made_for = (upstream_name, replica.engine)
                 if made_for not in payloads:
-                    payloads[made_for] = _upstream_body(body, upstream_name, ticket, replica.engine)
-                path, payload = _upstream_path(ticket, replica), payloads[made_for]
+                    payloads[made_for] = upstream_body(body, upstream_name, ticket, replica.engine)
+                path, payload = upstream_path(ticket, replica), payloads[made_for]
                 data = payload
                 if path != "chat/completions" and ticket.original is not None:
                     # The client's own body for an engine that speaks its protocol, with the engine's name
@@ -599,13 +561,13 @@ class Gateway:
                 ttfb = time.monotonic()
                 exchange.first_byte()
                 if path == "messages":
-                    usage, text = _usage_of_message(data)
+                    usage, text = usage_of_message(data)
                 else:
-                    usage, text = _usage_of_body(data)
+                    usage, text = usage_of_body(data)
                 if translate and ticket.endpoint == "responses":
-                    data = _as_response(status, data, model.name, original)
+                    data = as_response(status, data, model.name, original)
                 elif translate:
-                    data = _as_message(status, data, model.name, stops)
+                    data = as_message(status, data, model.name, stops)
                 headers.append((b"content-length", str(len(data)).encode()))
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": data})
@@ -631,259 +593,3 @@ class Gateway:
                 completion_guess=meter.text_chunks if streaming else tokens.estimate(text),
                 ttfb=ttfb,
             )
-
-    # --- on demand --------------------------------------------------------------
-
-    async def _demand(self, entry: ModelEntry) -> None:
-        """Ask placement for a replica (placement.writes.demand), at most once every DEMAND_EVERY_S per model."""
-        now = time.monotonic()
-        if now - self._demanded.get(entry.serving, -DEMAND_EVERY_S) < DEMAND_EVERY_S:
-            return
-        self._demanded[entry.serving] = now
-        await self.run_db(demand.request_replica, entry.serving)
-
-    async def _start_status(self, entry: ModelEntry) -> dict | None:
-        """Where the model's start stands (placement.reads.cold_start); None when it cannot be read now.
-
-        Shared by the requests waiting for the same model for a second: each
-        read scans the nodes' weights, and a hundred waiting clients need it once.
-        """
-        now = time.monotonic()
-        cached = self._starts.get(entry.id)
-        if cached is not None and now - cached[0] < START_STATUS_TTL_S:
-            return cached[1]
-        try:
-            status = await self.run_db(placement_reads.cold_start, entry.id)
-        except (OperationalError, InterfaceError) as exc:
-            log.warning("gateway: the start of %s could not be read: %s", entry.name, exc)
-            return None
-        self._starts[entry.id] = (now, status)
-        return status
-
-    def _cold_refusal(self, entry: ModelEntry, status: dict | None, *, up_front: bool) -> errors.Refused:
-        """503 with ``Retry-After`` from the start's estimate, saying where the start stands."""
-        bound = f"{self.conf.cold_start_timeout_s:g} s (LLMGW_COLD_START_TIMEOUT_S)"
-        if status is None:
-            return errors.unavailable(
-                f"model {entry.name!r} is starting but no replica was ready within {bound}; try again shortly",
-                "cold_start_timeout",
-            )
-        left = status["remaining_s"]
-        retry = max(1, math.ceil(left))
-        if up_front:
-            why = f"{status['sentence']}, longer than this gateway waits, {bound}"
-        else:
-            why = f"no replica was ready within {bound}: {status['sentence']}"
-        return errors.unavailable(
-            f"{why}; retry after {retry} s (estimate {status['estimate_s']:g} s: {status['basis']})",
-            "cold_start_timeout",
-            retry,
-        )
-
-    async def _wait_for_replica(
-        self, entry: ModelEntry, started: float, cold: coldwait.ColdStream | None = None
-    ) -> Snapshot:
-        """The snapshot once ``entry`` has a ready replica, or 503 when it will not have one within the bound.
-
-        ``cold`` (streaming requests) is committed after the first keepalive
-        interval and gets a comment every interval from then on.
-        """
-        deadline = started + self.conf.cold_start_timeout_s
-        status = await self._start_status(entry)
-        if status is not None and status["measured"] and time.monotonic() + status["remaining_s"] > deadline:
-            raise self._cold_refusal(entry, status, up_front=True)
-        keepalive = time.monotonic() + self.conf.cold_keepalive_s
-        while True:
-            now = time.monotonic()
-            left = deadline - now
-            if left <= 0:
-                raise self._cold_refusal(entry, await self._start_status(entry), up_front=False)
-            if cold is not None and now >= keepalive:
-                keepalive = now + self.conf.cold_keepalive_s
-                status = await self._start_status(entry)
-                if not cold.committed:
-                    await cold.commit()
-                await cold.comment(f"waiting for {status['sentence'] if status else entry.name + ': starting'}")
-            await asyncio.sleep(min(COLD_POLL_S, left, max(0.01, keepalive - time.monotonic())))
-            snapshot = await self.directory.refresh(newer_than=time.monotonic() - COLD_POLL_S / 2)
-            if snapshot.replicas.get(entry.id):
-                return snapshot
-            await self._demand(entry)
-
-    # --- recording ------------------------------------------------------------
-
-    def _finish(
-        self,
-        ticket: Ticket,
-        *,
-        status: int,
-        outcome: str,
-        model=None,
-        replica=None,
-        usage=None,
-        completion_guess: int = 0,
-        ttfb: float | None = None,
-    ) -> None:
-        if ticket.done:
-            return
-        ticket.done = True
-        task = asyncio.ensure_future(
-            self._record(ticket, status, outcome, model, replica, usage, completion_guess, ttfb, time.monotonic())
-        )
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-
-    async def _record(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
-        with tracing.span("gateway.usage_write", {"llmgw.outcome": outcome}, parent=ticket.trace):
-            await self._write_usage(ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended)
-
-    async def _write_usage(self, ticket, status, outcome, model, replica, usage, completion_guess, ttfb, ended) -> None:
-        if ticket.holding is not None:
-            # A hop's reservation may still be landing: settle what it holds (see _hold).
-            await asyncio.gather(ticket.holding, return_exceptions=True)
-        counted_by = "engine"
-        usage = engine_usage(usage)
-        if usage is None:
-            prompt = completion = 0
-            # An engine that refused the request (4xx: a bad body, a context too long) generated
-            # nothing and read nothing it will bill for: the request costs nothing. A client
-            # that hung up (CLIENT_CLOSED) is another matter: the engine worked until then.
-            refused_by_engine = 400 <= status < 500 and status != CLIENT_CLOSED
-            if replica is not None and not refused_by_engine:
-                counted_by = "llmgw"
-                completion = min(completion_guess, MAX_TOKENS)
-                counted = await tokens.count_prompt(self.client, replica.endpoint, model.name, ticket.prompt)
-                prompt = engine_count(counted)
-                if prompt is None:
-                    prompt = min(tokens.estimate(ticket.prompt), MAX_TOKENS)
-        else:
-            prompt, completion = usage
-        reported = (prompt, completion)
-        (prompt, completion), clamped = tokens.within(reported, ticket.bounds)
-        if clamped:
-            log.warning(
-                "gateway: replica %s counted %s tokens (prompt, completion) past the request's bounds %s; "
-                "recorded at the bounds",
-                replica.id if replica else "-",
-                reported,
-                ticket.bounds,
-            )
-        cost = min(budgets.cost_micros(prompt, completion, model.price if model else None), MAX_COST)
-        if model is not None:
-            self.load.finished(model.name, completion, None if ttfb is None else (ttfb - ticket.started) * 1000)
-        self.writer.add(
-            Finished(
-                at=ticket.at,
-                caller=ticket.caller,
-                requested=ticket.requested,
-                model=model.name if model else "",
-                replica_id=replica.id if replica else "",
-                endpoint=ticket.endpoint,
-                stream=ticket.stream,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                counted_by=counted_by,
-                cost_micros=cost,
-                status=status,
-                outcome=outcome,
-                latency_ms=(ended - ticket.started) * 1000,
-                ttfb_ms=None if ttfb is None else (ttfb - ticket.started) * 1000,
-                reserved=ticket.reserved,
-                clamped=clamped,
-            )
-        )
-        await self.limiter.settle(ticket.tokens_held, prompt + completion)
-
-
-def _parse(raw: bytes, endpoint: str) -> dict:
-    try:
-        # Unicode only: a lone surrogate could be neither forwarded, nor logged, nor stored (a 500 before).
-        body = jsonbody.loads(raw, unicode_only=True)
-    except jsonbody.BodyError as exc:
-        raise errors.bad_request(str(exc), "invalid_json") from None
-    if not isinstance(body, dict):
-        raise errors.bad_request("the request body must be a JSON object", "invalid_json")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise errors.bad_request("the request names no model: send {'model': 'NAME', …}", "model_missing")
-    # Before anything is reserved: a body no engine would serve costs nothing (gateway/shapes.py).
-    wrong = shapes.problem(endpoint, body) or fields.adapter_problem(body)
-    if wrong:
-        raise errors.bad_request(wrong, "invalid_request")
-    return body
-
-
-def _upstream_body(body: dict, model: str, ticket: Ticket, engine: str) -> bytes:
-    """The body for an engine of kind ``engine``: the fields it may be sent (gateway.fields), one length
-    bound (``tokens.bounded``), the model's own name, and usage asked for on streams. ``body`` is a chat
-    request where the client spoke a protocol served as chat (``AS_CHAT``)."""
-    endpoint = "chat/completions" if ticket.original is not None else ticket.endpoint
-    out = tokens.bounded(fields.forwarded(body, endpoint, engine), endpoint, ticket.per_choice)
-    out["model"] = model
-    if ticket.stream and endpoint != "embeddings":
-        given = out.get("stream_options")
-        options = dict(given) if isinstance(given, dict) else {}
-        if not options.get("include_usage"):
-            options["include_usage"] = True
-            out["stream_options"] = options
-    return json.dumps(out).encode()
-
-
-def _upstream_path(ticket: Ticket, replica: ReplicaEntry) -> str:
-    """The engine endpoint this request goes to on ``replica``: Messages natively where it serves them."""
-    if ticket.original is None:
-        return ticket.endpoint
-    return ticket.endpoint if ticket.endpoint in replica.native else "chat/completions"
-
-
-def _as_message(status: int, data: bytes, model: str, stops: list[str]) -> bytes:
-    """A chat answer (or an engine's refusal) as Anthropic's Message (or error)."""
-    if status >= 400:
-        return anthropic.engine_error(status, data)
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        return anthropic.error_body(502, "the engine's answer was not a JSON object")
-    return json.dumps(anthropic.from_chat(answer, model, stops)).encode()
-
-
-def _as_response(status: int, data: bytes, model: str, request: dict) -> bytes:
-    """A chat answer as a Response; an engine's refusal stays in OpenAI's shape, which Responses shares."""
-    if status >= 400:
-        return data
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        return errors.upstream_failed("the engine's answer was not a JSON object").body()
-    return json.dumps(responses.from_chat(answer, model, request)).encode()
-
-
-def _usage_of_message(data: bytes) -> tuple[tuple[int, int] | None, str]:
-    """Usage and text of an engine's own Message."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None, ""
-    if not isinstance(obj, dict):
-        return None, ""
-    blocks = obj.get("content") if isinstance(obj.get("content"), list) else []
-    text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
-    return anthropic.usage_of(obj), text
-
-
-def _usage_of_body(data: bytes) -> tuple[tuple[int, int] | None, str]:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None, ""
-    if not isinstance(obj, dict):
-        return None, ""
-    text = ""
-    for choice in obj.get("choices") or []:
-        if isinstance(choice, dict):
-            message = choice.get("message")
-            text += (message.get("content") or "") if isinstance(message, dict) else (choice.get("text") or "")
-    return tokens.usage_of(obj), text
