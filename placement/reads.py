@@ -34,6 +34,7 @@ from inventory.devices import held_indices, mig_label
 from inventory.fabric_inventory import analyze_inventory
 from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
+from inventory.reads import node_listing
 from inventory.reads import nodes as inventory_nodes
 from inventory.reads import tiles as inventory_tiles
 from inventory.reads.nodes import NodeUsage
@@ -599,8 +600,8 @@ def node_pages_json(
     fields: frozenset[str] | None = None,
     size: int | None = None,
 ) -> Iterator[list[str]]:
-    """:func:`node_pages` with the wiring, each node as its JSON text (``inventory.reads.nodes.node_pages_json``)."""
-    return inventory_nodes.node_pages_json(node_usage(), dumps, now, fields, size)
+    """:func:`node_pages` with the wiring, each node as its JSON text (``inventory.reads.node_listing``)."""
+    return node_listing.node_pages_json(node_usage(), dumps, now, fields, size)
 
 
 def node_detail(name: str, now: datetime | None = None) -> dict[str, Any] | None:

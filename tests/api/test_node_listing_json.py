@@ -144,7 +144,7 @@ def test_the_whole_listing_takes_the_same_queries_for_six_nodes_as_for_thirty():
 def test_a_node_s_aggregated_rows_are_its_rows_as_values_list_reads_them():
     """Column for column and type for type, JSON columns as their values; a whole rate still a float."""
     from core.pipelined import overlapped
-    from inventory.reads import nodes as listing
+    from inventory.reads import node_listing as listing
 
     everything_fleet()
     IBPort.objects.filter(pk=IBPort.objects.first().pk).update(rate_gbps=None)
