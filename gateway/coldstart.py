@@ -5,7 +5,7 @@ waiting place (gateway.coldwait) and the reservation of the model it waits
 for, asks for a replica at most once a second per model, and polls the
 directory until one is ready or LLMGW_COLD_START_TIMEOUT_S has passed; the
 503 it gets then carries ``Retry-After`` from the start's estimate
-(placement.reads.cold_start). :class:`ColdStart` is a part of
+(placement.starts.cold_start). :class:`ColdStart` is a part of
 gateway.proxy.Gateway, which it is mixed into.
 """
 
@@ -24,7 +24,7 @@ from gateway import (
     errors,
 )
 from gateway.directory import ModelEntry, Snapshot
-from placement import reads as placement_reads
+from placement import starts as placement_starts
 from placement.writes import demand
 
 log = logging.getLogger("llmgw.gateway")
@@ -92,7 +92,7 @@ class ColdStart:
         await self.run_db(demand.request_replica, entry.serving)
 
     async def _start_status(self, entry: ModelEntry) -> dict | None:
-        """Where the model's start stands (placement.reads.cold_start); None when it cannot be read now.
+        """Where the model's start stands (placement.starts.cold_start); None when it cannot be read now.
 
         Shared by the requests waiting for the same model for a second: each
         read scans the nodes' weights, and a hundred waiting clients need it once.
@@ -102,7 +102,7 @@ class ColdStart:
         if cached is not None and now - cached[0] < START_STATUS_TTL_S:
             return cached[1]
         try:
-            status = await self.run_db(placement_reads.cold_start, entry.id)
+            status = await self.run_db(placement_starts.cold_start, entry.id)
         except (OperationalError, InterfaceError) as exc:
             log.warning("gateway: the start of %s could not be read: %s", entry.name, exc)
             return None

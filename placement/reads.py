@@ -12,37 +12,26 @@ reads, which are handed what placement read.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from catalog.prefetch import holders as weight_holders
-from catalog.prefetch import holders_of as weight_holders_of
 from catalog.reads import model_rows, model_view
 from core import cycles, dbtimes
-from core.config import number
 from core.jsonrows import DecodedOnce, values_decoded_once, values_list_as_text
 from inventory.devices import held_indices, mig_label
-from inventory.fabric_inventory import analyze_inventory
-from inventory.fabrics import FabricReport
 from inventory.models import Node, NVLinkDomain
 from inventory.reads import node_listing
 from inventory.reads import nodes as inventory_nodes
 from inventory.reads import tiles as inventory_tiles
 from inventory.reads.nodes import NodeUsage
-from placement import snapshot as snap
-from placement.models import Autoscale, ColdStart, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
-from placement.moves import moves_per_minute
-from placement.scheduling import coldstart
-from placement.scheduling import what_if as what_if_model
+from placement.models import Autoscale, PlacementExplanation, Replica, ReplicaState, ScaleEvent, Shard
+from placement.starts import _starts
 
 # Replicas that are serving or on their way to: what counts toward a model's replicas.
 COUNTING = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
@@ -217,162 +206,6 @@ def fetch_view(shard: dict, reported: dict | None) -> dict[str, Any] | None:
         view["bytes_total"] = total
         view["percent"] = min(100, int(max(0, done) * 100 / total))
     return view
-
-
-# --- cold starts ----------------------------------------------------------------------
-
-# How many recent starts of a model and profile the estimate reads (newest first).
-SAMPLES = 50
-
-
-def start_defaults(env: dict[str, str] | None = None) -> tuple[float, float]:
-    """The engine load and the fetch assumed before anything was measured (LLMGW_COLD_START_DEFAULT_*_S)."""
-    env = dict(os.environ if env is None else env)
-    return (
-        number(env, "LLMGW_COLD_START_DEFAULT_LOAD_S", coldstart.DEFAULT_LOAD_S, low=0.0, high=86400.0),
-        number(env, "LLMGW_COLD_START_DEFAULT_FETCH_S", coldstart.DEFAULT_FETCH_S, low=0.0, high=86400.0),
-    )
-
-
-def start_samples(model_id: int, profile_name: str | None) -> list[coldstart.Sample]:
-    """The model's recent measured starts (of one profile, or of any when None), newest first."""
-    rows = ColdStart.objects.filter(model_id=model_id)
-    if profile_name is not None:
-        rows = rows.filter(profile_name=profile_name)
-    return [
-        coldstart.Sample(node, fetch_s, load_s, local)
-        for node, fetch_s, load_s, local in rows.order_by("-at", "-id").values_list(
-            "node", "fetch_s", "load_s", "weights_local"
-        )[:SAMPLES]
-    ]
-
-
-def _progress(shard: Shard | None) -> coldstart.Progress:
-    if shard is None:
-        return coldstart.Progress("pending")
-    phases = shard.phases or {}
-    return coldstart.Progress(
-        shard.state,
-        fetch_s=float(phases.get("fetch_s") or 0.0),
-        load_s=float(phases.get("load_s") or 0.0),
-        bytes_done=shard.fetch_done,
-        bytes_total=shard.fetch_total,
-    )
-
-
-def start_view(
-    model: CatalogModel,
-    replica: Replica | None,
-    shard: Shard | None,
-    samples: list[coldstart.Sample],
-    held: set[str] | None = None,
-) -> dict[str, Any]:
-    """Where one replica's start stands (``shard`` its rank 0, None before it is placed) and what it should take.
-
-    ``held``: the nodes holding the model's weights, when the caller has read them (else read here).
-    """
-    node = shard.node.name if shard else None
-    progress = _progress(shard)
-    local = (shard.phases or {}).get("weights_local") if shard else None
-    if local is not None:
-        holds = bool(local)  # the agent said, once its fetch was over
-    else:
-        held = weight_holders(model) if held is None else held
-        holds = node in held if node else bool(held)
-    load_default, fetch_default = start_defaults()
-    est = coldstart.estimate(samples, node, holds, default_load_s=load_default, default_fetch_s=fetch_default)
-    left = coldstart.remaining(est, progress)
-    return {
-        "model": model.name,
-        "replica": replica.pk if replica else None,
-        "node": node,
-        "state": progress.state,
-        "phases": dict(shard.phases) if shard and shard.phases else {},
-        "estimate_s": round(est.total_s, 1),
-        "estimate_fetch_s": round(est.fetch_s, 1),
-        "estimate_load_s": round(est.load_s, 1),
-        "measured": est.measured,
-        "basis": est.basis,
-        "remaining_s": round(left, 1),
-        "sentence": coldstart.describe(model.name, node, progress, left),
-    }
-
-
-def cold_start(model_id: int) -> dict[str, Any] | None:
-    """Where the model's start stands and how long it should still take; None for a model that is gone.
-
-    The replica followed is the model's most advanced one not yet ready (its
-    rank 0 shard); with none placed yet, the estimate is for any node. Read
-    by the gateway while a request waits for a replica.
-    """
-    model = CatalogModel.objects.filter(pk=model_id).only("name", "source").first()
-    if model is None:
-        return None
-    starting = (
-        Replica.objects.filter(model_id=model_id, state__in=(ReplicaState.PENDING, ReplicaState.STARTING))
-        .order_by("-state", "created_at")  # starting before pending, the oldest first
-        .first()
-    )
-    shard = starting.shards.select_related("node").filter(rank=0).first() if starting else None
-    samples = start_samples(model_id, starting.profile_name if starting else None)
-    return start_view(model, starting, shard, samples)
-
-
-def _starts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The start view of each replica still starting, for the replica list (its values() rows, ``_LISTED``).
-
-    Three queries for all of them together (their rank 0 shards, their
-    models' recent starts, the nodes holding their weights), none when no
-    replica is starting: a cold-start storm of hundreds of replicas must not
-    make the list cost a query each.
-    """
-    starting = [r for r in rows if r["state"] in (ReplicaState.PENDING, ReplicaState.STARTING)]
-    if not starting:
-        return {}
-    # The replicas and their models as .only() would build them from the rows read (the model's name
-    # and source, all start_view reads of it), one model instance per model, without another query.
-    db = Replica.objects.db
-    models = {
-        r["model_id"]: CatalogModel.from_db(
-            db, ["id", "name", "source"], [r["model_id"], r["model__name"], r["model__source"]]
-        )
-        for r in starting
-    }
-    replicas = []
-    for r in starting:
-        replica = Replica.from_db(
-            db, ["id", "model_id", "profile_name", "state"], [r["pk"], r["model_id"], r["profile_name"], r["state"]]
-        )
-        replica.model = models[r["model_id"]]
-        replicas.append(replica)
-    rank0 = {
-        s.replica_id: s
-        for s in Shard.objects.filter(replica__in=[r.pk for r in replicas], rank=0).select_related("node")
-    }
-    samples = _samples_of(set(models))
-    held = weight_holders_of(models.values())
-    return {
-        r.pk: start_view(r.model, r, rank0.get(r.pk), samples.get((r.model_id, r.profile_name), []), held[r.model_id])
-        for r in replicas
-    }
-
-
-def _samples_of(model_ids: set[int]) -> dict[tuple[int, str], list[coldstart.Sample]]:
-    """:func:`start_samples` of every profile of these models, by (model id, profile): one query."""
-    newest = Window(
-        RowNumber(), partition_by=[F("model_id"), F("profile_name")], order_by=[F("at").desc(), F("id").desc()]
-    )
-    rows = (
-        ColdStart.objects.filter(model_id__in=model_ids)
-        .annotate(n=newest)
-        .filter(n__lte=SAMPLES)
-        .order_by("model_id", "profile_name", "n")
-        .values_list("model_id", "profile_name", "node", "fetch_s", "load_s", "weights_local")
-    )
-    out: dict[tuple[int, str], list[coldstart.Sample]] = defaultdict(list)
-    for model_id, profile, node, fetch_s, load_s, local in rows:
-        out[(model_id, profile)].append(coldstart.Sample(node, fetch_s, load_s, local))
-    return out
 
 
 def explain(model: CatalogModel) -> dict[str, Any]:
@@ -645,123 +478,3 @@ def node_shards(node: Node) -> list[dict[str, Any]]:
             view["error"] = error
         out.append(view)
     return out
-
-
-# --- what if these parts were lost --------------------------------------------------------
-
-# More targets than this in one question is a script gone wrong, not a maintenance plan.
-MAX_TARGETS = 200
-
-
-class WhatIfRefused(ValueError):
-    """A what-if question that cannot be answered, in the sentence an operator reads."""
-
-
-def what_if(lose: list[str], now: datetime | None = None) -> dict[str, Any]:
-    """The scheduler's answer if the parts ``lose`` names were lost now; writes nothing.
-
-    ``lose`` holds targets as given (several, or comma-separated in one); each
-    is a node's name, an NVLink domain's key or name, an InfiniBand fabric's
-    key, id or declared name, or ``LABEL=VALUE``. :class:`WhatIfRefused` when
-    none is given, too many are, or one names nothing (the sentence names it).
-    """
-    texts = what_if_model.split_targets(lose)
-    if not texts:
-        raise WhatIfRefused("say what to lose: ?lose=NODE, an NVLink domain, a fabric or LABEL=VALUE")
-    if len(texts) > MAX_TARGETS:
-        raise WhatIfRefused(f"{len(texts)} targets is more than the {MAX_TARGETS} one question may name")
-    # One fabric analysis for both the snapshot and the fabrics' other names: it is most of the read.
-    fabrics = analyze_inventory()
-    loaded = snap.load(now or timezone.now(), fabrics=fabrics)
-    try:
-        targets = what_if_model.resolve(texts, loaded.snapshot, _target_aliases(fabrics))
-    except what_if_model.UnknownTarget as exc:
-        if Node.objects.filter(name=exc.target, lost=True).exists():
-            raise WhatIfRefused(f"node {exc.target!r} is lost already: nothing of it is left to lose") from None
-        raise WhatIfRefused(exc.message) from None
-    return what_if_view(what_if_model.what_if(loaded.snapshot, targets, moves_per_minute()))
-
-
-def _target_aliases(fabrics: FabricReport) -> dict[str, tuple[str, str]]:
-    """Other names for domains and fabrics, each to (kind, key): a domain's name, a fabric's id or label."""
-    out: dict[str, tuple[str, str]] = {}
-    for fabric in fabrics.physical:
-        for name in (fabric.id, fabric.label, *fabric.declared):
-            if name and name != fabric.key:
-                out.setdefault(name, (what_if_model.FABRIC, fabric.key))
-    for domain in NVLinkDomain.objects.exclude(name=""):
-        out[domain.name] = (what_if_model.NVLINK_DOMAIN, domain.key)
-    return out
-
-
-def what_if_view(answer: what_if_model.WhatIf) -> dict[str, Any]:
-    """The what-if answer as the API and the console show it."""
-    return {
-        "lose": [{"target": t.text, "kind": t.kind, "key": t.key, "nodes": list(t.nodes)} for t in answer.targets],
-        "lost_nodes": list(answer.lost),
-        "stopped": [_move_view(m) for m in answer.moves],
-        "short": [_short_view(s) for s in answer.short],
-        "moves": {
-            "count": answer.placed,
-            "per_minute": answer.moves_per_minute,
-            "minutes": answer.move_minutes,
-        },
-        "note": _what_if_note(answer),
-    }
-
-
-def _move_view(m: what_if_model.Move) -> dict[str, Any]:
-    r = m.replica
-    view: dict[str, Any] = {
-        "replica": r.id,
-        "model": r.model,
-        "profile": r.profile,
-        "state": r.state,
-        "nodes": [s.node for s in r.shards],
-        "lost_nodes": list(m.lost_nodes),
-        "needed": m.needed,
-    }
-    if m.new is not None:
-        to: dict[str, Any] = {
-            "profile": m.new.profile,
-            "nodes": list(m.new.nodes),
-            "shards": [
-                {"node": s.node, "gpus": list(s.gpus), "gpu_labels": [mig_label(i) for i in s.gpus]}
-                for s in m.new.shards
-            ],
-            "interconnect": m.interconnect,
-        }
-        for key, value in (("nvlink_domain", m.new.nvlink_domain), ("fabric", m.new.fabric), ("pool", m.new.pool)):
-            if value:
-                to[key] = value
-        view["to"] = to
-    else:
-        view["why"] = m.why
-    return view
-
-
-def _short_view(s: what_if_model.Short) -> dict[str, Any]:
-    return {
-        "model": s.model,
-        "wanted": s.wanted,
-        "after": s.after,
-        "short_today": s.short_today,
-        "parked": s.parked,
-        "reasons": [_rejection(asdict(r)) for r in s.reasons],
-    }
-
-
-def _what_if_note(answer: what_if_model.WhatIf) -> str:
-    lost = len(answer.lost)
-    stops = len(answer.moves)
-    if not stops:
-        return f"Losing {lost} node{'s' * (lost != 1)} would stop no replica."
-    short = len(answer.short)
-    moved = (
-        f"{answer.placed} would be placed elsewhere within {answer.move_minutes} min "
-        f"at {answer.moves_per_minute} moves a minute"
-        if answer.placed
-        else "none would be placed elsewhere"
-    )
-    tail = f"; {short} model{'s' * (short != 1)} would be short." if short else "."
-    return f"Losing {lost} node{'s' * (lost != 1)} would stop {stops} replica{'s' * (stops != 1)}; {moved}{tail}"

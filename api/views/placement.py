@@ -10,7 +10,8 @@ from api.base import ApiView, Refused
 from api.serializers.common import ERRORS, ErrorSerializer
 from api.serializers.placement import ExplainSerializer, ReplicaSerializer, WhatIfSerializer
 from catalog import writes as service
-from placement.reads import WhatIfRefused, explain, replica_list, what_if
+from placement.reads import explain, replica_list
+from placement.what_if_reads import WhatIfRefused, what_if
 
 MODEL_PARAM = OpenApiParameter("model", OpenApiTypes.STR, description="A model's name or alias.")
 

@@ -13,7 +13,7 @@ from dashboard.racks import RackRenderer
 from dashboard.views import common
 from inventory.models import NVLinkDomain
 from inventory.reads import nvlink_report
-from placement.reads import WhatIfRefused, what_if
+from placement.what_if_reads import WhatIfRefused, what_if
 
 
 def racks(only_pk: int | None = None) -> list[dict[str, Any]]:

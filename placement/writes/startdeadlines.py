@@ -32,12 +32,13 @@ from datetime import datetime, timedelta
 from django.db.models import F, Max
 
 from catalog.models import CatalogModel, WeightPrefetch
+from catalog.prefetch import holders as weight_holders
 from core.config import number
 from core.models import AuditEntry
 from placement.models import ColdStart, PlacementExplanation, Replica, ReplicaState
-from placement.reads import start_defaults, start_samples, weight_holders
 from placement.scheduling import coldstart, startdeadline
 from placement.scheduling.startdeadline import Deadline, Known, NodeFetch, Policy
+from placement.starts import start_defaults, start_samples
 
 ACTOR = "reconciler"
 NOT_READY = (ReplicaState.PENDING, ReplicaState.STARTING)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from placement import reads
+from placement import reads, starts
 from placement.models import ColdStart, Shard
 from placement.writes.reconciler import reconcile
 from tests.agentapi import agenthttp
@@ -30,7 +30,7 @@ def test_phases_are_kept_while_starting_and_recorded_once_when_ready(one):
     r, node = one
     heartbeat(node, [shard_entry(r, "fetching", phases={"fetch_s": 4.0})])
     assert Shard.objects.get(replica=r).phases == {"fetch_s": 4.0}
-    status = reads.cold_start(r.model_id)
+    status = starts.cold_start(r.model_id)
     assert status["state"] == "fetching" and status["node"] == node and not status["measured"]
     assert status["sentence"].startswith(f"m: replica starting on {node}, fetching the weights")
     heartbeat(node, [shard_entry(r, "starting", phases={"fetch_s": 12.5, "load_s": 1.0, "weights_local": False})])
@@ -42,7 +42,7 @@ def test_phases_are_kept_while_starting_and_recorded_once_when_ready(one):
     (view,) = reads.replica_list("m")
     assert view["shards"][0]["phases"] == ready and "start" not in view, "a ready replica has no start to tell"
     # The next start of m on h100 is estimated from it, on this node and on another.
-    assert reads.start_samples(r.model_id, "h100")[0].load_s == 30
+    assert starts.start_samples(r.model_id, "h100")[0].load_s == 30
 
 
 def test_the_estimate_drops_the_fetch_where_the_node_holds_the_weights(one):
@@ -57,7 +57,7 @@ def test_the_estimate_drops_the_fetch_where_the_node_holds_the_weights(one):
         weights_local=False,
     )
     heartbeat(node, [shard_entry(r, "starting", phases={"fetch_s": 0.2, "load_s": 5.0, "weights_local": True})])
-    status = reads.cold_start(r.model_id)
+    status = starts.cold_start(r.model_id)
     assert status["measured"] and status["estimate_fetch_s"] == 0 and status["estimate_load_s"] == 20
     assert status["remaining_s"] == 15 and "holds the weights" in status["basis"]
     (view,) = reads.replica_list("m")

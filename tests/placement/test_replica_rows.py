@@ -25,7 +25,7 @@ from catalog.models import Profile
 from catalog.prefetch import holders_of as weight_holders_of
 from inventory.devices import mig_label
 from inventory.models import Node, NVLinkDomain
-from placement import reads
+from placement import reads, starts
 from placement.models import ColdStart, Replica, ReplicaState, Shard
 from tests.api.fleet import add_model, ingest_fleet, place
 
@@ -140,10 +140,10 @@ def reference_starts(replicas: list[Replica]) -> dict[str, dict[str, Any]]:
         s.replica_id: s
         for s in Shard.objects.filter(replica__in=[r.pk for r in starting], rank=0).select_related("node")
     }
-    samples = reads._samples_of({r.model_id for r in starting})
+    samples = starts._samples_of({r.model_id for r in starting})
     held = weight_holders_of({r.model_id: r.model for r in starting}.values())
     return {
-        r.pk: reads.start_view(
+        r.pk: starts.start_view(
             r.model, r, rank0.get(r.pk), samples.get((r.model_id, r.profile_name), []), held[r.model_id]
         )
         for r in starting

@@ -2,7 +2,7 @@
 
 The fleet is a GB200 NVL72 rack and HGX boxes registered through real
 ingestion, with replicas the real reconciler placed; the question is asked
-through ``placement.reads.what_if``, as the API and the console ask it.
+through ``placement.what_if_reads.what_if``, as the API and the console ask it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from inventory.models import GPU, Node, NVLinkDomain
-from placement import reads
+from placement import what_if_reads
 from placement.writes.reconciler import reconcile
 from tests.placement.dbfleet import fleet, gpu_profile, live, model, nodes_of
 
@@ -45,7 +45,7 @@ def test_losing_the_rack_moves_its_replica_to_infiniband_and_writes_nothing(plac
     domain = NVLinkDomain.objects.get()
     before = row_counts()
     with CaptureQueriesContext(connection) as queries:
-        answer = reads.what_if([domain.key])
+        answer = what_if_reads.what_if([domain.key])
     assert row_counts() == before
     writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith(("SELECT", "SAVEPOINT", "RELEASE"))]
     assert writes == []
@@ -60,7 +60,7 @@ def test_losing_the_rack_moves_its_replica_to_infiniband_and_writes_nothing(plac
 
 def test_a_tray_lost_keeps_the_replica_inside_its_nvlink_domain(placed):
     big, _ = placed
-    answer = reads.what_if([nodes_of(big)[0]])
+    answer = what_if_reads.what_if([nodes_of(big)[0]])
     (stopped,) = answer["stopped"]
     assert stopped["to"]["interconnect"] == "nvlink"
     assert stopped["to"]["nvlink_domain"] == NVLinkDomain.objects.get().key
@@ -69,17 +69,17 @@ def test_a_tray_lost_keeps_the_replica_inside_its_nvlink_domain(placed):
 def test_labels_fabric_names_and_comma_lists_are_targets(placed, monkeypatch):
     _, small = placed
     Node.objects.filter(name__startswith="hgx-").update(labels={"row": "b"})
-    by_label = reads.what_if(["row=b"])
+    by_label = what_if_reads.what_if(["row=b"])
     assert by_label["lose"][0]["kind"] == "label" and len(by_label["lost_nodes"]) == 3
     (stopped,) = by_label["stopped"]
     assert stopped["replica"] == small.id
     # Everything on fabric north, by the name its nodes declared: nothing is left to take either model.
-    by_fabric = reads.what_if(["north"])
+    by_fabric = what_if_reads.what_if(["north"])
     assert by_fabric["lose"][0]["kind"] == "fabric" and len(by_fabric["lost_nodes"]) == 21
     assert {s["model"] for s in by_fabric["short"]} == {"big", "small"}
     assert all(s["reasons"] for s in by_fabric["short"])
     monkeypatch.setenv("LLMGW_MOVES_PER_MINUTE", "1")
-    both = reads.what_if([f"{nodes_of(small)[0]},{nodes_of(placed[0])[0]}"])
+    both = what_if_reads.what_if([f"{nodes_of(small)[0]},{nodes_of(placed[0])[0]}"])
     assert [t["target"] for t in both["lose"]] == [nodes_of(small)[0], nodes_of(placed[0])[0]]
     assert both["moves"] == {"count": 2, "per_minute": 1, "minutes": 2}
 
@@ -93,12 +93,12 @@ def test_labels_fabric_names_and_comma_lists_are_targets(placed, monkeypatch):
     ],
 )
 def test_a_question_that_names_nothing_is_refused_with_a_sentence(placed, lose, says):
-    with pytest.raises(reads.WhatIfRefused) as caught:
-        reads.what_if(lose)
+    with pytest.raises(what_if_reads.WhatIfRefused) as caught:
+        what_if_reads.what_if(lose)
     assert says in str(caught.value)
 
 
 def test_a_node_lost_already_is_said_so(placed):
     Node.objects.filter(name="hgx-002").update(lost=True)
-    with pytest.raises(reads.WhatIfRefused, match="lost already"):
-        reads.what_if(["hgx-002"])
+    with pytest.raises(what_if_reads.WhatIfRefused, match="lost already"):
+        what_if_reads.what_if(["hgx-002"])
