@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.discovery import host, imex, infiniband
+from agent.discovery import engines, host, imex, infiniband, weights
 from agent.discovery.errors import DiscoveryError
 from agent.discovery.host import LoadSampler
 from agent.discovery.sources import Sources
@@ -57,10 +57,10 @@ def collect_node(sources: Sources, run: Run = run_tool, sampler: LoadSampler | N
         ("host", lambda: host.read_host(sources)),
         ("load", lambda: (sampler.sample(sources.proc_root) or None, [])),
         ("disks", lambda: (host.read_disks(sources), [])),
-        ("engines", lambda: (host.find_engines(run), [])),
+        ("engines", lambda: (engines.find_engines(run), [])),
     ]
     if sources.model_dirs:
-        sections.append(("weights", lambda: host.scan_weights(sources.model_dirs)))
+        sections.append(("weights", lambda: weights.scan_weights(sources.model_dirs)))
     for key, collect in sections:
         value, found = _collect(key, collect)
         if value is not None:

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.discovery import host
+from agent.discovery import engines as engine_discovery
+from agent.discovery import host, weights
 from agent.discovery.errors import DiscoveryError
 from agent.discovery.sources import Sources
 from agent.discovery.tools import ToolOutput
@@ -343,7 +344,7 @@ def _versions(**found):
 
 def test_engines_from_python_packages_without_running_anything():
     calls = []
-    engines = host.find_engines(
+    engines = engine_discovery.find_engines(
         run=lambda argv: calls.append(argv) or ToolOutput(error="unused"),
         version_of=_versions(vllm="0.6.3", llama_cpp_python="0.3.2", sglang="0.4.1.post3"),
         which=lambda exe: None,
@@ -353,7 +354,8 @@ def test_engines_from_python_packages_without_running_anything():
 
 
 def test_no_engine_found_is_an_empty_dict():
-    assert host.find_engines(run=lambda argv: ToolOutput(), version_of=_versions(), which=lambda exe: None) == {}
+    found = engine_discovery.find_engines(run=lambda argv: ToolOutput(), version_of=_versions(), which=lambda exe: None)
+    assert found == {}
 
 
 def test_vllm_in_another_venv_is_read_from_its_dist_info(tmp_path):
@@ -362,7 +364,7 @@ def test_vllm_in_another_venv_is_read_from_its_dist_info(tmp_path):
     (venv / "bin" / "vllm").write_text("#!/venv/bin/python\n")
     (venv / "lib" / "python3.12" / "site-packages" / "vllm-0.6.3.post1.dist-info").mkdir(parents=True)
     calls = []
-    engines = host.find_engines(
+    engines = engine_discovery.find_engines(
         run=lambda argv: calls.append(argv) or ToolOutput(error="unused"),
         version_of=_versions(),
         which=lambda exe: str(venv / "bin" / "vllm") if exe == "vllm" else None,
@@ -376,7 +378,7 @@ def test_executables_asked_for_their_version():
         "vllm": ToolOutput(stdout="INFO 11-02 10:00:00 __init__.py:12] loading\n0.7.2\n", exit_code=0),
         "llama-server": ToolOutput(stdout="", exit_code=0),  # it prints its version on stderr
     }
-    engines = host.find_engines(
+    engines = engine_discovery.find_engines(
         run=lambda argv: outputs[argv[0]], version_of=_versions(), which=lambda exe: f"/usr/local/bin/{exe}"
     )
     assert engines == {"vllm": "0.7.2", "llamacpp": None}
@@ -384,8 +386,8 @@ def test_executables_asked_for_their_version():
 
 def test_llama_server_version_line():
     text = "version: 4033 (a9e8a9a0)\nbuilt with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"
-    assert host.parse_engine_version(text) == "b4033"
-    assert host.parse_engine_version("Traceback (most recent call last):\n  boom\n") is None
+    assert engine_discovery.parse_engine_version(text) == "b4033"
+    assert engine_discovery.parse_engine_version("Traceback (most recent call last):\n  boom\n") is None
 
 
 # --- weights ---------------------------------------------------------------------------------------------------------
@@ -425,7 +427,7 @@ def _models(tmp_path: Path) -> Path:
 
 def test_weights_of_every_format(tmp_path):
     root = _models(tmp_path)
-    found, problems = host.scan_weights([root])
+    found, problems = weights.scan_weights([root])
     assert problems == []
     assert [(e["format"], e["name"], e["bytes"]) for e in found] == [
         ("hf-cache", "meta-llama/Llama-3.1-8B", 404),
@@ -446,26 +448,26 @@ def test_missing_shard_and_missing_blob_are_incomplete(tmp_path):
     snap.mkdir(parents=True)
     (snap / "model.safetensors").symlink_to("../../blobs/not-yet")
     _file(root / "models--org--x" / "snapshots" / "r1" / "other.bin", 3)
-    found, _ = host.scan_weights([root])
+    found, _ = weights.scan_weights([root])
     assert all(e.get("incomplete") for e in found)
 
 
 def test_depth_bound(tmp_path):
     deep = tmp_path / "m" / "a" / "b" / "c"
     _file(deep / "deep.gguf", 1)
-    assert host.scan_weights([tmp_path / "m"], max_depth=2)[0] == []
-    assert len(host.scan_weights([tmp_path / "m"], max_depth=3)[0]) == 1
+    assert weights.scan_weights([tmp_path / "m"], max_depth=2)[0] == []
+    assert len(weights.scan_weights([tmp_path / "m"], max_depth=3)[0]) == 1
 
 
 def test_time_bound_says_the_list_is_incomplete(tmp_path):
     root = _models(tmp_path)
     ticks = iter(range(0, 10_000, 4))
-    _, problems = host.scan_weights([root], budget_s=10, clock=lambda: next(ticks))
+    _, problems = weights.scan_weights([root], budget_s=10, clock=lambda: next(ticks))
     assert problems and "stopped after 10 s" in problems[0]
 
 
 def test_missing_model_dir_is_a_problem(tmp_path):
-    found, problems = host.scan_weights([tmp_path / "nope"])
+    found, problems = weights.scan_weights([tmp_path / "nope"])
     assert found == [] and "does not exist" in problems[0]
 
 
@@ -479,7 +481,7 @@ PARSERS = [
     host.parse_mounts,
     host.parse_cpu_times,
     host.parse_loadavg,
-    host.parse_engine_version,
+    engine_discovery.parse_engine_version,
 ]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.discovery import host, imex, node
+from agent.discovery import engines, host, imex, node
 from agent.discovery.sources import Sources
 from agent.discovery.tools import ToolOutput
 from tests.captures import capture, read
@@ -176,12 +176,12 @@ def test_a_weights_scan_problem_is_reported_with_the_weights(tmp_path):
     assert report["problems"] == [f"model weights: model dir {missing} does not exist or is not a directory"]
 
 
-@pytest.mark.parametrize("section", ["read_host", "read_disks", "find_engines"])
-def test_each_host_section_fails_alone(tmp_path, monkeypatch, section):
+@pytest.mark.parametrize(("module", "section"), [(host, "read_host"), (host, "read_disks"), (engines, "find_engines")])
+def test_each_host_section_fails_alone(tmp_path, monkeypatch, module, section):
     def fail(*args, **kwargs):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(host, section, fail)
+    monkeypatch.setattr(module, section, fail)
     report = node.collect_node(_machine(tmp_path), run=Tools())
     missing = {"read_host": "host", "read_disks": "disks", "find_engines": "engines"}[section]
     assert missing not in report
