@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.discovery import gpus as G
+from agent.discovery import fabric_facts
 from agent.discovery.report import GpuSection, build_report, collect_gpus
 from agent.discovery.sources import Sources
 
@@ -91,7 +91,7 @@ def _fabric_cell(entry: dict[str, Any]) -> str:
     if fabric is None:
         return "?"
     state = fabric.get("state", "?")
-    domain = G.joined_domain(fabric)
+    domain = fabric_facts.joined_domain(fabric)
     if domain is not None:
         text = f"{domain[0]}/{domain[1]}"
         return text + (" (degraded)" if fabric.get("degraded") else "")

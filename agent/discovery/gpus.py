@@ -42,8 +42,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import nvlink_rules
 from agent.discovery import nvidia_smi as smi
+from agent.discovery.fabric_facts import FabricFacts, fabric_from_smi, fabric_report
 from agent.discovery.topo import Topology
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -142,129 +142,6 @@ def derive_mig_profile(card_name: str | None, card_mib: int | None, mig: MigFact
     gb = int(eighths * card_gib / 8 + 0.5)
     media = "+me" if slices == 1 and (mig.ofa or 0) > 0 else ""
     return f"{slices}g.{gb}gb{media}"
-
-
-# ---------------------------------------------------------------------------
-# fabric
-
-
-@dataclass
-class FabricFacts:
-    """The fabric registration of one card, in nvidia-smi's words (None = not reported)."""
-
-    state: str | None = None  # Not Supported / Not Started / In Progress / Completed
-    status: str | None = None  # "Success" or an NVML error string
-    clique_id: int | None = None
-    cluster_uuid: str | None = None
-    summary: str | None = None  # Healthy / Unhealthy / Limited Capacity
-    bandwidth: str | None = None  # Full / Degraded
-    route_recovery: bool | None = None
-    route_unhealthy: bool | None = None
-    access_timeout_recovery: bool | None = None
-    incorrect_configuration: str | None = None  # "None" when the configuration is correct
-    partition_assigned: bool | None = None
-    fabric_manager_connected: bool | None = None
-
-
-FABRIC_STATES = {"not supported", "not started", "in progress", "completed"}
-
-
-def _title(raw: str) -> str:
-    return " ".join(w.capitalize() for w in raw.split())
-
-
-def fabric_from_smi(raw: dict[str, str] | None) -> FabricFacts | None:
-    """Fabric facts from nvidia-smi's flattened fabric block; None when the block is absent or the card is lost."""
-    if raw is None:
-        return None
-    state = raw.get("state")
-    if state is None or smi.is_lost(state):
-        return None
-    if state.strip().upper() == "N/A":
-        return FabricFacts(state="Not Supported")
-    if state.strip().lower() not in FABRIC_STATES:
-        return None
-    facts = FabricFacts(state=_title(state.strip()))
-    if facts.state == "Completed":
-        facts.status = _present(raw.get("status"))
-        facts.clique_id = smi.integer(raw.get("clique_id"))
-        uuid = raw.get("cluster_uuid")
-        facts.cluster_uuid = uuid.strip().lower() if uuid and not smi.is_missing(uuid) else None
-    summary = raw.get("summary")
-    facts.summary = _title(summary) if summary and not smi.is_missing(summary) else None
-    bandwidth = raw.get("bandwidth")
-    facts.bandwidth = _title(bandwidth) if bandwidth and not smi.is_missing(bandwidth) else None
-    facts.route_recovery = smi.yes_no(raw.get("route_recovery_in_progress"))
-    facts.route_unhealthy = smi.yes_no(raw.get("route_unhealthy"))
-    facts.access_timeout_recovery = smi.yes_no(raw.get("access_timeout_recovery"))
-    facts.incorrect_configuration = _present(raw.get("incorrect_configuration"))
-    facts.partition_assigned = smi.yes_no(raw.get("partition_assigned"))
-    return facts
-
-
-def _present(raw: str | None) -> str | None:
-    """A raw string that is a value: not absent, empty, N/A or a read error ("None" is a value here)."""
-    if raw is None or not raw.strip() or raw.strip().strip("[]").upper() == "N/A" or smi.is_lost(raw):
-        return None
-    return raw.strip()
-
-
-def fabric_report(facts: FabricFacts) -> dict[str, Any]:
-    """The report's ``fabric`` object: the facts, whether bandwidth is degraded, and problems in words."""
-    out: dict[str, Any] = {"state": facts.state}
-    if facts.status is not None:
-        out["status"] = facts.status
-    if facts.cluster_uuid is not None:
-        out["cluster_uuid"] = facts.cluster_uuid
-    if facts.clique_id is not None:
-        out["clique_id"] = facts.clique_id
-    if facts.summary is not None:
-        out["health_summary"] = facts.summary
-    if facts.bandwidth is not None:
-        out["bandwidth"] = facts.bandwidth
-        out["degraded"] = facts.bandwidth.lower() == "degraded"
-    if facts.state != "Not Supported":
-        out["problems"] = fabric_problems(facts)
-    return out
-
-
-def fabric_problems(facts: FabricFacts) -> list[str]:
-    problems: list[str] = []
-    if facts.state in ("Not Started", "In Progress"):
-        problems.append(f"fabric registration {facts.state.lower()}")
-    if facts.state == "Completed" and facts.status is not None and facts.status.lower() != "success":
-        problems.append(f"fabric registration failed: {facts.status}")
-    if facts.summary is not None and facts.summary.lower() != "healthy":
-        problems.append(f"fabric health: {facts.summary}")
-    if facts.bandwidth is not None and facts.bandwidth.lower() == "degraded":
-        problems.append("fabric bandwidth degraded")
-    if facts.route_recovery:
-        problems.append("fabric route recovery in progress")
-    if facts.route_unhealthy:
-        problems.append("fabric route unhealthy")
-    if facts.access_timeout_recovery:
-        problems.append("fabric access timeout recovery in progress")
-    incorrect = facts.incorrect_configuration
-    if incorrect is not None and incorrect.lower() not in ("none", "false", "no"):
-        problems.append(f"fabric configuration incorrect: {facts.incorrect_configuration}")
-    if facts.partition_assigned is False:
-        problems.append("no fabric partition assigned")
-    if facts.fabric_manager_connected is False:
-        problems.append("fabric manager disconnected")
-    return problems
-
-
-def joined_domain(fabric: dict[str, Any] | None) -> nvlink_rules.DomainKey | None:
-    """The NVLink domain (cluster UUID, clique id) a card's fabric report says it has joined, or None.
-
-    The control plane's rule (agent.nvlink_rules.joined_key), so what ``discover``
-    and ``doctor`` say of a card is what ingestion and placement make of it.
-    """
-    if not fabric:
-        return None
-    return nvlink_rules.joined_key(
-        fabric.get("state"), fabric.get("status"), fabric.get("cluster_uuid"), fabric.get("clique_id")
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -545,60 +422,6 @@ def apply_topology(cards: list[CardFacts], topo: Topology) -> list[str]:
         if card.numa is None:
             card.numa = t.numa
     return []
-
-
-# ---------------------------------------------------------------------------
-# Xid errors from the kernel log
-
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+):([0-9A-Fa-f]+):([0-9A-Fa-f]+)(?:\.[0-7])?\): (\d+), (.*)$")
-_XID_WHO = re.compile(r"^(?:pid=[^,]*, )?(?:name=[^,]*, )?")
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    """One ``NVRM: Xid (PCI:0000:9b:00): 119, …`` kernel line."""
-
-    domain: int
-    bus: int
-    device: int
-    xid: int
-    message: str
-
-
-def parse_xid_log(text: str) -> list[XidEvent]:
-    """Xid events from ``dmesg`` / journal text; lines that are not Xid reports are skipped."""
-    events = []
-    for line in (text or "").splitlines():
-        m = _XID.search(line)
-        if m:
-            dom, bus, dev, xid, rest = m.groups()
-            message = _XID_WHO.sub("", rest.strip())
-            events.append(XidEvent(int(dom, 16), int(bus, 16), int(dev, 16), int(xid), message))
-    return events
-
-
-def apply_xids(cards: list[CardFacts], events: list[XidEvent]) -> list[str]:
-    """Add each card's Xid errors to its health ("Xid 119 (5 times), last: …"); problems for unmatched ones."""
-    problems: list[str] = []
-    by_slot: dict[tuple[int, int, int], CardFacts] = {}
-    for card in cards:
-        if card.pci_bus:
-            dom, bus, rest = card.pci_bus.split(":")
-            by_slot[(int(dom, 16), int(bus, 16), int(rest.split(".")[0], 16))] = card
-    seen: dict[tuple[int, int], list[XidEvent]] = {}
-    for event in events:
-        card = by_slot.get((event.domain, event.bus, event.device))
-        if card is None:
-            problems.append(
-                f"Xid {event.xid} on PCI {event.domain:04x}:{event.bus:02x}:{event.device:02x}, no such GPU"
-            )
-            continue
-        seen.setdefault((card.index, event.xid), []).append(event)
-    for (index, xid), found in seen.items():
-        card = next(c for c in cards if c.index == index)
-        times = f" ({len(found)} times)" if len(found) > 1 else ""
-        card.errors.append(f"Xid {xid}{times} in the kernel log, last: {found[-1].message}")
-    return problems
 
 
 # ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import pynvml
 
+from agent.discovery import fabric_facts
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 
@@ -367,9 +368,9 @@ class PynvmlApi:
 # reading cards
 
 
-def fabric_from_nvml(info: FabricInfo) -> G.FabricFacts:
+def fabric_from_nvml(info: FabricInfo) -> fabric_facts.FabricFacts:
     """Fabric facts from NVML's struct, in the same words nvidia-smi uses."""
-    facts = G.FabricFacts(state=_STATE_TEXT.get(info.state, f"state {info.state}"))
+    facts = fabric_facts.FabricFacts(state=_STATE_TEXT.get(info.state, f"state {info.state}"))
     if info.state == 3:
         facts.status = _RETURN_TEXT.get(info.status, f"NVML error {info.status}")
         facts.clique_id = info.clique_id
@@ -449,7 +450,7 @@ def _read_card(api: NvmlApi, index: int, problems: list[str]) -> tuple[G.CardFac
     if info is not None:
         card.fabric = fabric_from_nvml(info)
     elif read.not_supported:
-        card.fabric = G.FabricFacts(state="Not Supported")
+        card.fabric = fabric_facts.FabricFacts(state="Not Supported")
 
     mode = read(api.mig_mode, h, what="MIG mode")
     if mode is not None:

@@ -29,6 +29,7 @@ from typing import Any
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
+from agent.discovery import xids as xid_log
 from agent.discovery.errors import DiscoveryError
 from agent.discovery.sources import Sources
 from agent.discovery.tools import ToolOutput, run_tool
@@ -218,7 +219,7 @@ def collect_gpus(
     if not sources.replaying_gpus or sources.sysfs_root != Path("/sys"):
         _sysfs_numa(cards, sources.sysfs_root)
     if kernel_log:
-        section.problems.extend(G.apply_xids(cards, G.parse_xid_log(kernel_log)))
+        section.problems.extend(xid_log.apply_xids(cards, xid_log.parse_xid_log(kernel_log)))
     section.gpus, problems = G.entries(cards)
     section.problems.extend(problems)
     return section

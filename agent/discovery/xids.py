@@ -30,6 +30,58 @@ import pynvml
 from agent.discovery import gpus as G
 from agent.discovery import nvml as N
 
+# From the kernel log: each Xid line, and the cards they name.
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+):([0-9A-Fa-f]+):([0-9A-Fa-f]+)(?:\.[0-7])?\): (\d+), (.*)$")
+_XID_WHO = re.compile(r"^(?:pid=[^,]*, )?(?:name=[^,]*, )?")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:0000:9b:00): 119, …`` kernel line."""
+
+    domain: int
+    bus: int
+    device: int
+    xid: int
+    message: str
+
+
+def parse_xid_log(text: str) -> list[XidEvent]:
+    """Xid events from ``dmesg`` / journal text; lines that are not Xid reports are skipped."""
+    events = []
+    for line in (text or "").splitlines():
+        m = _XID.search(line)
+        if m:
+            dom, bus, dev, xid, rest = m.groups()
+            message = _XID_WHO.sub("", rest.strip())
+            events.append(XidEvent(int(dom, 16), int(bus, 16), int(dev, 16), int(xid), message))
+    return events
+
+
+def apply_xids(cards: list[G.CardFacts], events: list[XidEvent]) -> list[str]:
+    """Add each card's Xid errors to its health ("Xid 119 (5 times), last: …"); problems for unmatched ones."""
+    problems: list[str] = []
+    by_slot: dict[tuple[int, int, int], G.CardFacts] = {}
+    for card in cards:
+        if card.pci_bus:
+            dom, bus, rest = card.pci_bus.split(":")
+            by_slot[(int(dom, 16), int(bus, 16), int(rest.split(".")[0], 16))] = card
+    seen: dict[tuple[int, int], list[XidEvent]] = {}
+    for event in events:
+        card = by_slot.get((event.domain, event.bus, event.device))
+        if card is None:
+            problems.append(
+                f"Xid {event.xid} on PCI {event.domain:04x}:{event.bus:02x}:{event.device:02x}, no such GPU"
+            )
+            continue
+        seen.setdefault((card.index, event.xid), []).append(event)
+    for (index, xid), found in seen.items():
+        card = next(c for c in cards if c.index == index)
+        times = f" ({len(found)} times)" if len(found) > 1 else ""
+        card.errors.append(f"Xid {xid}{times} in the kernel log, last: {found[-1].message}")
+    return problems
+
+
 MAX_XIDS = 32  # per card in a report: inventory.report_schema.MAX_XIDS
 KMSG = "/dev/kmsg"
 NVML_WAIT_MS = 1000  # how long one nvmlEventSetWait blocks, so a stop is noticed within a second
@@ -77,7 +129,7 @@ def parse_kernel_line(line: str) -> KernelXid | None:
         stamp = _UPTIME.search(head)
         if stamp:
             uptime = float(stamp.group(1))
-    events = G.parse_xid_log(text[_XID_HEAD.search(text).start() :])
+    events = parse_xid_log(text[_XID_HEAD.search(text).start() :])
     if not events:
         return None
     e = events[0]

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.discovery import gpus
+from agent.discovery import fabric_facts
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
@@ -131,7 +131,7 @@ def _grouped(name: str, verdicts: list[tuple[str, tuple[str, str, str]]]) -> lis
 
 def joined_domain(fabric: dict[str, Any] | None) -> str | None:
     """``<ClusterUUID>/<CliqueId>`` of the domain a card has joined, or None: the one rule (agent.nvlink_rules)."""
-    key = gpus.joined_domain(fabric)
+    key = fabric_facts.joined_domain(fabric)
     return None if key is None else key.text
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.discovery import gpus as G
+from agent.discovery import fabric_facts
 from agent.discovery import nvidia_smi as smi
 from agent.doctor.checks import FAIL, OK, WARN, fabric_verdict
 from tests.agent.doctor_tree import Tree, run_doctor, seen, verdict
@@ -196,6 +196,6 @@ def test_the_topology_capture_changes_no_verdict(tmp_path, capsys):
     ],
 )
 def test_fabric_fragments_fail(name, words):
-    fabric = G.fabric_report(G.fabric_from_smi(smi.parse_fabric_block(read(name))))
+    fabric = fabric_facts.fabric_report(fabric_facts.fabric_from_smi(smi.parse_fabric_block(read(name))))
     status, text, todo = fabric_verdict(fabric)
     assert status == FAIL and words in text and "nvidia-fabricmanager" in todo

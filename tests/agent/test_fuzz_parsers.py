@@ -15,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.discovery import fabric_facts
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
+from agent.discovery import xids as xid_log
 from agent.discovery.errors import DiscoveryError
 from agent.discovery.nvml_fake import FakeNvml
 from agent.discovery.topo import parse_topo
@@ -124,9 +126,9 @@ def test_fabric_fragment_parser(text):
         raw = smi.parse_fabric_block(text)
     except DiscoveryError:
         return
-    facts = G.fabric_from_smi(raw)
+    facts = fabric_facts.fabric_from_smi(raw)
     if facts is not None:
-        G.joined_domain(G.fabric_report(facts))
+        fabric_facts.joined_domain(fabric_facts.fabric_report(facts))
 
 
 @SETTINGS
@@ -135,7 +137,7 @@ def test_arbitrary_text_everywhere(text):
     for parse in (smi.parse_xml, smi.parse_text, smi.parse_list, parse_topo, smi.parse_fabric_block):
         with contextlib.suppress(DiscoveryError):
             parse(text)
-    G.apply_xids([], G.parse_xid_log(text))
+    xid_log.apply_xids([], xid_log.parse_xid_log(text))
 
 
 @pytest.mark.parametrize("raw", ["9" * 400 + " MiB", "[N/A]", "GPU is lost", "Unknown Error", ""])

@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
+from agent.discovery import fabric_facts
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
+from agent.discovery import xids as xid_log
 from tests.captures import read
 
 MIG_XML = "nvidia-smi-q-x_a100-sxm4-80gb_mig-enabled_drv535.54.03.xml"
@@ -101,7 +103,7 @@ def test_gb200_memory_rounds_to_185():
 
 def test_gb200_cards_joined_one_domain():
     gpus, _ = entries_of(GB200)
-    assert {G.joined_domain(e["fabric"]) for e in gpus} == {("00000001-0000-0000-0000-000000000001", 2)}
+    assert {fabric_facts.joined_domain(e["fabric"]) for e in gpus} == {("00000001-0000-0000-0000-000000000001", 2)}
     fabric = gpus[0]["fabric"]
     assert fabric["health_summary"] == "Healthy"
     assert fabric["bandwidth"] == "Full" and fabric["degraded"] is False
@@ -113,7 +115,7 @@ def test_h100_hgx_zero_uuid_is_no_domain():
     for e in gpus:
         assert e["fabric"]["state"] == "Completed" and e["fabric"]["status"] == "Success"
         assert e["fabric"]["cluster_uuid"] == G.ZERO_UUID and e["fabric"]["clique_id"] == 0
-        assert G.joined_domain(e["fabric"]) is None
+        assert fabric_facts.joined_domain(e["fabric"]) is None
         assert "bandwidth" not in e["fabric"]  # N/A in the capture: unknown
 
 
@@ -130,19 +132,21 @@ def test_pre_fabric_driver_leaves_fabric_unknown():
 
 
 def test_unhealthy_fragment_is_joined_but_flagged():
-    facts = G.fabric_from_smi(
+    facts = fabric_facts.fabric_from_smi(
         smi.parse_fabric_block(read("FRAGMENT_nvidia-smi-q_grep-fabric_gb200_unhealthy-summary.txt"))
     )
-    report = G.fabric_report(facts)
-    assert G.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 2)
+    report = fabric_facts.fabric_report(facts)
+    assert fabric_facts.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 2)
     assert report["degraded"] is False
     assert report["problems"] == ["fabric health: Unhealthy"]
 
 
 def test_insufficient_resources_fragment_joins_nothing():
-    facts = G.fabric_from_smi(smi.parse_fabric_block(read("FRAGMENT_nvidia-smi-q_fabric_insufficient-resources.txt")))
-    report = G.fabric_report(facts)
-    assert G.joined_domain(report) is None
+    facts = fabric_facts.fabric_from_smi(
+        smi.parse_fabric_block(read("FRAGMENT_nvidia-smi-q_fabric_insufficient-resources.txt"))
+    )
+    report = fabric_facts.fabric_report(facts)
+    assert fabric_facts.joined_domain(report) is None
     assert report["problems"] == ["fabric registration failed: Insufficient Resources"]
 
 
@@ -153,22 +157,27 @@ def test_degraded_bandwidth_is_joined_but_degraded():
         "clique_id": "7",
         "cluster_uuid": "dc6e40c4-d722-4357-9ba6-5291dd461278",
     }
-    report = G.fabric_report(G.fabric_from_smi({**raw, "bandwidth": "Degraded", "route_unhealthy": "True"}))
-    assert G.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 7)
+    report = fabric_facts.fabric_report(
+        fabric_facts.fabric_from_smi({**raw, "bandwidth": "Degraded", "route_unhealthy": "True"})
+    )
+    assert fabric_facts.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 7)
     assert report["degraded"] is True
     assert report["problems"] == ["fabric bandwidth degraded", "fabric route unhealthy"]
 
 
 @pytest.mark.parametrize("state", ["In Progress", "Not Started"])
 def test_unfinished_registration_joins_nothing(state):
-    report = G.fabric_report(G.fabric_from_smi({"state": state, "status": "N/A"}))
-    assert G.joined_domain(report) is None
+    report = fabric_facts.fabric_report(fabric_facts.fabric_from_smi({"state": state, "status": "N/A"}))
+    assert fabric_facts.joined_domain(report) is None
     assert report["problems"] == [f"fabric registration {state.lower()}"]
 
 
 def test_joined_domain_needs_success():
-    assert G.joined_domain({"state": "Completed", "status": "Failure", "cluster_uuid": "ab-1", "clique_id": 1}) is None
-    assert G.joined_domain(None) is None
+    assert (
+        fabric_facts.joined_domain({"state": "Completed", "status": "Failure", "cluster_uuid": "ab-1", "clique_id": 1})
+        is None
+    )
+    assert fabric_facts.joined_domain(None) is None
 
 
 # --- MIG ------------------------------------------------------------------------------------------------------------
@@ -310,7 +319,7 @@ def test_text_and_xml_agree_on_the_h100_fabric():
     gpus = text_entries("nvidia-smi-q_h100-80gb-hbm3-x8_drv535.183.01_fabric-completed.txt")
     # 535 prints state and status only: completed, no domain facts at all
     assert [e["fabric"] for e in gpus] == [{"state": "Completed", "status": "Success", "problems": []}] * 8
-    assert all(G.joined_domain(e["fabric"]) is None for e in gpus)
+    assert all(fabric_facts.joined_domain(e["fabric"]) is None for e in gpus)
 
 
 def test_topology_fills_peers_nics_and_numa():
@@ -337,10 +346,10 @@ def test_topology_from_another_machine_is_not_applied():
 
 
 def test_xid_119_lands_on_the_card_at_that_pci_address():
-    events = G.parse_xid_log(read("dmesg_xid-119_gsp-rpc-timeout_h100.log"))
+    events = xid_log.parse_xid_log(read("dmesg_xid-119_gsp-rpc-timeout_h100.log"))
     assert {(e.domain, e.bus, e.device, e.xid) for e in events} == {(0, 0x9B, 0, 119)}
     cards = [G.CardFacts(index=i, pci_bus=f"00000000:{bus}:00.0") for i, bus in enumerate(["18", "9B"])]
-    assert G.apply_xids(cards, events) == []
+    assert xid_log.apply_xids(cards, events) == []
     gpus, _ = G.entries(cards)
     assert gpus[0]["health"] == []
     (problem,) = gpus[1]["health"]
@@ -348,5 +357,5 @@ def test_xid_119_lands_on_the_card_at_that_pci_address():
 
 
 def test_xid_for_an_unknown_address_is_a_problem():
-    events = G.parse_xid_log("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")
-    assert G.apply_xids([], events) == ["Xid 79 on PCI 0000:3b:00, no such GPU"]
+    events = xid_log.parse_xid_log("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")
+    assert xid_log.apply_xids([], events) == ["Xid 79 on PCI 0000:3b:00, no such GPU"]

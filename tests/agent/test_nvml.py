@@ -5,6 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from agent.discovery import fabric_facts
 from agent.discovery import gpus as G
 from agent.discovery import nvidia_smi as smi
 from agent.discovery import nvml as N
@@ -108,8 +109,8 @@ def test_health_mask_bits_decode_as_in_nvml_h():
         health_mask=mask,
         health_summary=pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
     )
-    report = G.fabric_report(N.fabric_from_nvml(info))
-    assert G.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 32766)
+    report = fabric_facts.fabric_report(N.fabric_from_nvml(info))
+    assert fabric_facts.joined_domain(report) == ("dc6e40c4-d722-4357-9ba6-5291dd461278", 32766)
     assert report["bandwidth"] == "Degraded" and report["degraded"] is True
     assert report["health_summary"] == "Limited Capacity"
     assert report["problems"] == [
@@ -123,7 +124,7 @@ def test_health_mask_bits_decode_as_in_nvml_h():
 
 def test_fabric_status_failure_from_nvml():
     info = N.FabricInfo(3, pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, bytes(16), 0)
-    report = G.fabric_report(N.fabric_from_nvml(info))
+    report = fabric_facts.fabric_report(N.fabric_from_nvml(info))
     assert report["status"] == "Insufficient Resources"
     assert report["problems"] == ["fabric registration failed: Insufficient Resources"]
     assert "bandwidth" not in report  # a v1 struct has no health mask: unknown
