@@ -74,11 +74,6 @@ def pending_by_node() -> dict[str, list[str]]:
     return out
 
 
-def pending_for(node: str) -> list[str]:
-    """One node's paths to delete, re-checked against the catalog as it is now."""
-    return [path for _, _, path, _ in _still_wanted(_pending(node))]
-
-
 def model_saved(sender, instance: CatalogModel, **kwargs) -> None:
     """A model was added or changed: once that commits, cancel what it refers to."""
     if instance.source:

@@ -240,15 +240,6 @@ def scale_model(
 
 
 @transaction.atomic
-def unpark_model(name: str, *, actor: str) -> CatalogModel:
-    model = _get(name)
-    model.parked_at, model.parked_error, model.failure_streak = None, "", 0
-    model.save(update_fields=["parked_at", "parked_error", "failure_streak", "updated_at"])
-    _audit(actor, "unpark", model.name)
-    _notify(model.name)
-    return model
-
-
 def model_definition(model: CatalogModel) -> dict:
     """The model in the shape operators write (YAML / the API's POST body)."""
     spec = ModelSpec(

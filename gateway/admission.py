@@ -91,8 +91,3 @@ def readmit(caller: Caller, held: int, estimate: int | None, now: datetime) -> t
 def over_budget(caller: Caller, budget_ids: list[int], estimate: int, now: datetime) -> Admission:
     """The refusal, in words, of a request that one of ``budget_ids`` could not take."""
     return Admission(caller, errors.over_budget(budgets.explain_refusal(budget_ids, estimate, now).sentence))
-
-
-def authenticate_only(secret: str) -> Admission:
-    caller, why = authenticate(secret)
-    return Admission(caller, None if caller else errors.unauthorized(why))

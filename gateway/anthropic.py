@@ -49,10 +49,6 @@ ERROR_TYPES = {
 }
 
 
-class Unsupported(ValueError):
-    """A Messages request that cannot be said in chat completions; ``str`` is the sentence for the 400."""
-
-
 def serves_messages(engine: str | None) -> bool:
     """Whether an engine of this kind answers ``/v1/messages`` natively (else it is translated for)."""
     return engine in NATIVE_ENGINES

@@ -189,7 +189,7 @@ class PgPath:
                 conn.pgconn.finish()
 
     async def authenticate(self, secret: str) -> Admission:
-        """The caller behind a key, or the 401 (``admission.authenticate_only`` on the loop)."""
+        """The caller behind a key, or the 401 (``admission.authenticate``'s, on the loop)."""
         if not secret:
             return Admission(None, errors.unauthorized(keys.NO_KEY))
         wanted = hash_token(secret)

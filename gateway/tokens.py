@@ -238,11 +238,6 @@ def _positive(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def prompt_text(body: Mapping) -> str:
-    """All the prompt's text, newline-joined (what the engine's ``/tokenize`` is asked to count)."""
-    return prompt_of(body).joined
-
-
 def usage_of(obj: Mapping) -> tuple[int, int] | None:
     """(prompt, completion) from an answer's ``usage`` or llama.cpp's ``timings``; None when neither."""
     usage = obj.get("usage")

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway import tokens, upstream
-from gateway.tokens import StreamMeter, completion_bound, count_prompt, estimate, prompt_of, prompt_text, usage_of
+from gateway.tokens import StreamMeter, completion_bound, count_prompt, estimate, prompt_of, usage_of
 
 
 def event(obj) -> bytes:
@@ -65,8 +65,10 @@ def test_usage_and_prompt_text_helpers():
     assert usage_of({"usage": {"prompt_tokens": 3}}) == (3, 0)
     assert usage_of({"usage": None}) is None
     assert estimate("abcdefghi") == 3  # a guess at an answer's tokens, for records only
-    assert prompt_text({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}) == "a\nb"
-    assert prompt_text({"input": ["x", "y"]}) == "x\ny"
+    assert (
+        prompt_of({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}).joined == "a\nb"
+    )
+    assert prompt_of({"input": ["x", "y"]}).joined == "x\ny"
 
 
 def bound(body: dict) -> int:
