@@ -30,10 +30,10 @@ MAX_PHASE_S = 7 * 86400.0
 VOLATILE_TOP = ("collected_at", "load")
 VOLATILE_GPU = ("temperature_c", "power_w", "utilization_pct", "processes")
 
-# The InfiniBand error counters the fabric analysis reads (inventory.fabrics.ERROR_COUNTERS, in
-# sysfs spelling, and perfquery's): they are kept in the digest, so a report whose only news is
-# a rising error count is stored, and "errors rising" can be told. tests/inventory/test_fabrics.py
-# holds the two lists equal.
+# The InfiniBand error counters the fabric analysis reads (inventory.fabrics.ERROR_COUNTERS, which
+# is built from this list; in sysfs spelling here, and perfquery's too): they are kept in the
+# digest, so a report whose only news is a rising error count is stored, and "errors rising" can
+# be told.
 ERROR_COUNTERS = (
     "symbol_error",
     "link_error_recovery",

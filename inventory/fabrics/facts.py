@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent import protocol
+
 # Changes of one master SM reported by many ports within this gap are one event:
 # a failover is seen by every port of the fabric, each at its next report.
 SM_EVENT_GAP = timedelta(minutes=5)
@@ -17,12 +19,13 @@ SM_FLAP_CHANGES = 2
 # A single change stays on the report this long, so an operator sees it the next morning.
 SM_RECENT = timedelta(hours=24)
 
-# The error counters worth an operator's attention, by sysfs name, with the
-# words a message uses. Left out on purpose: data and packet counters (they
-# rise with traffic), port_xmit_wait (congestion, not an error),
-# VL15_dropped (subnet management packets dropped at start-up, harmless) and
+# The error counters worth an operator's attention are agent.protocol's list (the
+# agent keeps exactly those in a report's digest); here, the words a message uses
+# for each. Left out of the list on purpose: data and packet counters (they rise
+# with traffic), port_xmit_wait (congestion, not an error), VL15_dropped (subnet
+# management packets dropped at start-up, harmless) and
 # port_rcv_switch_relay_errors (documented by NVIDIA as inaccurate).
-ERROR_COUNTERS: dict[str, str] = {
+_COUNTER_WORDS = {
     "symbol_error": "symbol errors",
     "link_error_recovery": "link error recoveries",
     "link_downed": "link downs",
@@ -34,6 +37,8 @@ ERROR_COUNTERS: dict[str, str] = {
     "port_rcv_constraint_errors": "receive constraint errors",
     "port_xmit_constraint_errors": "transmit constraint errors",
 }
+# A counter added to the list without words fails here, at import.
+ERROR_COUNTERS: dict[str, str] = {name: _COUNTER_WORDS[name] for name in protocol.ERROR_COUNTERS}
 
 # perfquery spells the same counters differently; both spellings are accepted.
 _PERFQUERY_NAMES = {

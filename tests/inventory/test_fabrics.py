@@ -568,6 +568,6 @@ def test_the_report_digest_keeps_exactly_the_error_counters_the_analysis_reads()
     from agent import protocol
     from inventory.fabrics.facts import _PERFQUERY_NAMES
 
-    assert set(protocol.ERROR_COUNTERS) == set(ERROR_COUNTERS)
+    assert list(ERROR_COUNTERS) == list(protocol.ERROR_COUNTERS), "the analysis's counters are the agent's list"
     spellings = {**{name: 1 for name in ERROR_COUNTERS}, **{name: 1 for name in _PERFQUERY_NAMES}}
     assert protocol.error_counters({**spellings, "port_xmit_data": 1, "VL15_dropped": 1}) == spellings
