@@ -172,7 +172,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         while not inv.rows("select 1 from inventory_node where name = 'e2e-cpu'"):
             assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
             time.sleep(0.3)
-        engines = json.loads(inv.rows("select engines from inventory_node where name = 'e2e-cpu'")[0][0] or "{}")
+        engines = inv.rows("select engines from inventory_node where name = 'e2e-cpu'")[0][0] or {}
         assert "llamacpp" in engines, f"discovery did not find llama-cpp-python: {engines}"
 
         add_model(server, smollm2(gguf, min=1, max=1))
@@ -204,7 +204,7 @@ def test_the_reconciler_places_a_model_on_a_real_agent_that_serves_it_with_llama
         assert answer.status_code == 200, answer.text
         assert answer.json()["choices"][0]["message"]["content"].strip()
 
-        status = json.loads(inv.rows("select shard_status from inventory_node where name = 'e2e-cpu'")[0][0])
+        status = inv.rows("select shard_status from inventory_node where name = 'e2e-cpu'")[0][0]
         (shard,) = status
         assert shard["replica"] == rid and shard["state"] == "ready"
         assert shard["fetch"]["bytes_done"] == shard["fetch"]["bytes_total"] == gguf.stat().st_size
@@ -401,7 +401,7 @@ def test_load_starts_a_second_replica_on_the_other_node_and_idleness_removes_it(
             time.sleep(0.5)
         # Stopped for idleness by the lifecycle, and the autoscaler's count settled to what is left.
         stopped = inv.rows("select detail from core_auditentry where action = 'stop-replica'")
-        assert stopped and "idle for" in stopped[0][0], stopped
+        assert stopped and "idle for" in stopped[0][0]["reason"], stopped
         assert inv.value("select count(*) from placement_scaleevent where direction in ('down', 'settle')") >= 1
         starts = inv.rows("select node, fetch_s, load_s, weights_local from placement_coldstart order by at")
         assert len(starts) == 2 and {s[0] for s in starts} == {"e2e-cpu", "e2e-cpu-2"}, starts
