@@ -64,11 +64,8 @@ def as_message(status: int, data: bytes, model: str, stops: list[str]) -> bytes:
     """A chat answer (or an engine's refusal) as Anthropic's Message (or error)."""
     if status >= 400:
         return anthropic.engine_error(status, data)
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
+    answer = _json_object(data)
+    if answer is None:
         return anthropic.error_body(502, "the engine's answer was not a JSON object")
     return json.dumps(anthropic.from_chat(answer, model, stops)).encode()
 
@@ -77,22 +74,16 @@ def as_response(status: int, data: bytes, model: str, request: dict) -> bytes:
     """A chat answer as a Response; an engine's refusal stays in OpenAI's shape, which Responses shares."""
     if status >= 400:
         return data
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
+    answer = _json_object(data)
+    if answer is None:
         return errors.upstream_failed("the engine's answer was not a JSON object").body()
     return json.dumps(responses.from_chat(answer, model, request)).encode()
 
 
 def usage_of_message(data: bytes) -> tuple[tuple[int, int] | None, str]:
     """Usage and text of an engine's own Message."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None, ""
-    if not isinstance(obj, dict):
+    obj = _json_object(data)
+    if obj is None:
         return None, ""
     blocks = obj.get("content") if isinstance(obj.get("content"), list) else []
     text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
@@ -100,11 +91,8 @@ def usage_of_message(data: bytes) -> tuple[tuple[int, int] | None, str]:
 
 
 def usage_of_body(data: bytes) -> tuple[tuple[int, int] | None, str]:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None, ""
-    if not isinstance(obj, dict):
+    obj = _json_object(data)
+    if obj is None:
         return None, ""
     text = ""
     for choice in obj.get("choices") or []:
@@ -112,3 +100,12 @@ def usage_of_body(data: bytes) -> tuple[tuple[int, int] | None, str]:
             message = choice.get("message")
             text += (message.get("content") or "") if isinstance(message, dict) else (choice.get("text") or "")
     return tokens.usage_of(obj), text
+
+
+def _json_object(data: bytes) -> dict | None:
+    """An engine's answer read as a JSON object; None when it is not valid JSON or not an object."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
